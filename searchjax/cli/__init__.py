@@ -1,0 +1,1 @@
+"""Thin command-line entry points: parse arguments or a config, call the library."""
