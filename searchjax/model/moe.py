@@ -1,0 +1,74 @@
+"""Sparse MoE block of Qwen3.5 (QWEN35.md §3.5) and the router load-balancing statistics.
+
+    p = softmax(x W_r) (fp32);  (w, e) = top-k(p);  w ← w / Σw  (always renormalised)
+    y = Σ_j w_j · Expert_{e_j}(x) + σ(x·w_sg) · SharedExpert(x),   Expert(x) = (silu(x W_g) ⊙ x W_u) W_d
+
+The routed experts go through `moe_dispatch.expert_ffn` (sorted, grouped matmuls: compute grows with k, not E).
+
+Load-balancing loss (Switch Transformer eq. 4–6, as HF `load_balancing_loss_func` over all layers at once):
+    L_aux = E · Σ_e f_e · P_e,   f_e = (#top-k assignments to e) / R,   P_e = (Σ p_e over rows) / R,
+with R the number of (valid token, layer) rows. `RouterStats` carries the sums so layers can be accumulated.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from searchjax.model.config import ModelConfig
+from searchjax.model.moe_dispatch import expert_ffn
+
+F32 = jnp.float32
+
+
+@struct.dataclass
+class RouterStats:
+    """Sums over routed rows: counts[e] (top-k assignments), probs[e] (router probabilities), rows (token rows)."""
+
+    counts: jax.Array
+    probs: jax.Array
+    rows: jax.Array
+
+    @classmethod
+    def zeros(cls, num_experts: int) -> "RouterStats":
+        return cls(jnp.zeros((num_experts,), F32), jnp.zeros((num_experts,), F32), jnp.zeros((), F32))
+
+    def __add__(self, other: "RouterStats") -> "RouterStats":
+        return RouterStats(self.counts + other.counts, self.probs + other.probs, self.rows + other.rows)
+
+    def aux_loss(self) -> jax.Array:
+        """L_aux = E · Σ_e (counts_e / R) · (probs_e / R)."""
+        rows = jnp.maximum(self.rows, 1.0)
+        return self.counts.shape[0] * jnp.sum((self.counts / rows) * (self.probs / rows))
+
+
+def route(router: jax.Array, xs: jax.Array, k: int):
+    """Router: probs = softmax(xs W_r) in fp32; top-k, renormalised, cast to xs.dtype. Returns (w, idx, probs)."""
+    logits = jnp.einsum("ND,DE->NE", xs, router)
+    probs = jax.nn.softmax(logits.astype(F32), axis=-1)
+    top_w, top_idx = jax.lax.top_k(probs, k)
+    top_w = top_w / jnp.sum(top_w, axis=-1, keepdims=True)
+    return top_w.astype(xs.dtype), top_idx.astype(jnp.int32), probs
+
+
+def swiglu(xs: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:
+    """(silu(xs W_g) ⊙ xs W_u) W_d for a dense FFN (the shared expert)."""
+    h = jnp.einsum("ND,DF->NF", xs, w_gate, preferred_element_type=F32)
+    u = jnp.einsum("ND,DF->NF", xs, w_up, preferred_element_type=F32)
+    return jnp.einsum("NF,FD->ND", (jax.nn.silu(h) * u).astype(xs.dtype), w_down)
+
+
+def moe_block(p, x: jax.Array, valid: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, RouterStats]:
+    """Sparse MoE on x [B,T,D]; `valid` [B,T] masks rows out of the router statistics only. Returns (y, stats)."""
+    b, t, d = x.shape
+    xs = x.reshape(b * t, d)
+    top_w, top_idx, probs = route(p.router, xs, cfg.num_experts_per_tok)
+    routed = expert_ffn(xs, top_idx, top_w, p.w_gate, p.w_up, p.w_down)
+    shared = swiglu(xs, p.shared_gate, p.shared_up, p.shared_down)
+    gate = jax.nn.sigmoid(jnp.einsum("ND,D->N", xs, p.shared_expert_gate).astype(F32))[:, None]
+    y = routed.astype(F32) + gate * shared.astype(F32)
+    m = valid.reshape(b * t).astype(F32)
+    counts = jnp.zeros((cfg.num_experts,), F32).at[top_idx].add(jnp.broadcast_to(m[:, None], top_idx.shape))
+    stats = RouterStats(counts, jnp.sum(probs * m[:, None], axis=0), jnp.sum(m))
+    return y.astype(x.dtype).reshape(b, t, d), stats

@@ -1,0 +1,176 @@
+"""The Qwen3.5 MoE decoder (QWEN35.md §3.1): full forward, cached prefill and single-token decode.
+
+    h = embed[tokens];  for each layer i:  h += Mixer_i(RMSNorm(h));  h += MoE_i(RMSNorm(h))
+    logits = RMSNorm(h; final_norm) @ unembedᵀ            (Mixer = Gated DeltaNet or gated attention)
+
+Layers run as a `lax.scan` over cycles of `cfg.layer_cycle()` (3 DeltaNet + 1 attention in the real models); the
+three entry points differ only in the per-layer mixer functions they hand to `_run_layers`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from searchjax.model.cache import Cache
+from searchjax.model.config import FULL, LINEAR, ModelConfig
+from searchjax.model.deltanet import deltanet, deltanet_step
+from searchjax.model.layers import gated_attention, gated_attention_cached, rms_norm
+from searchjax.model.moe import RouterStats, moe_block
+from searchjax.model.params import Params
+
+F32 = jnp.float32
+
+
+def _cycles(tree, n: int):
+    """[L, ...] -> [n, L/n, ...] for every leaf (layers of one type, grouped by scan cycle)."""
+    return jax.tree.map(lambda a: a.reshape(n, a.shape[0] // n, *a.shape[1:]), tree)
+
+
+def _uncycle(tree):
+    return jax.tree.map(lambda a: a.reshape(a.shape[0] * a.shape[1], *a.shape[2:]), tree)
+
+
+def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, remat: bool = False):
+    """Run all decoder layers. mixers[type](layer_params, x_normed, layer_cache) -> (out, new_layer_cache).
+
+    caches = (linear_caches, full_caches), pytrees stacked on a leading layer axis (None without a cache).
+    Returns (x, RouterStats summed over layers, new caches).
+    """
+    pattern, n = cfg.layer_cycle()
+    xs = (_cycles(params.linear, n), _cycles(params.full, n), _cycles(caches[0], n), _cycles(caches[1], n))
+
+    def body(carry, xs):
+        x, stats = carry
+        layer_params, layer_caches = {LINEAR: xs[0], FULL: xs[1]}, {LINEAR: xs[2], FULL: xs[3]}
+        new = {LINEAR: [], FULL: []}
+        for kind in pattern:
+            i = len(new[kind])
+            p = jax.tree.map(lambda a: a[i], layer_params[kind])
+            c = jax.tree.map(lambda a: a[i], layer_caches[kind])
+            out, c = mixers[kind](p, rms_norm(x, p.input_norm, cfg.rms_norm_eps), c)
+            x = x + out
+            y, st = moe_block(p.moe, rms_norm(x, p.post_norm, cfg.rms_norm_eps), valid, cfg)
+            x, stats = x + y, stats + st
+            new[kind].append(c)
+        stack = lambda cs, old: jax.tree.map(lambda *a: jnp.stack(a), *cs) if cs else old  # noqa: E731
+        return (x, stats), (stack(new[LINEAR], xs[2]), stack(new[FULL], xs[3]))
+
+    body = jax.checkpoint(body) if remat else body
+    (x, stats), (lin, full) = jax.lax.scan(body, (x, RouterStats.zeros(cfg.num_experts)), xs)
+    return x, stats, (_uncycle(lin), _uncycle(full))
+
+
+def _embed(params: Params, tokens: jax.Array) -> jax.Array:
+    return jnp.take(params.embed, tokens, axis=0)
+
+
+def unembed(params: Params, h: jax.Array) -> jax.Array:
+    """logits = h @ params.unembedᵀ in fp32: [..., D] -> [..., V]."""
+    return jnp.einsum("...D,VD->...V", h, params.unembed, preferred_element_type=F32)
+
+
+def _zero_linear_state(cfg: ModelConfig, b: int, dtype):
+    kc, nk, nv = cfg.linear_conv_kernel_dim, cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    conv = (jnp.zeros((b, kc, nk, dk), dtype), jnp.zeros((b, kc, nk, dk), dtype), jnp.zeros((b, kc, nv, dv), dtype))
+    return conv, jnp.zeros((b, nv, dk, dv), F32)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
+def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False,
+                  return_aux: bool = False):
+    """Final-normed hidden states [B,T,D] of tokens [B,T] (no cache; every token valid).
+
+    With return_aux=True returns (h, aux) where aux["router_aux_loss"] is the load-balancing loss L_aux
+    (moe.py docstring; multiply by cfg.router_aux_loss_coef in a training loss). remat=True rematerialises each
+    layer cycle in the backward pass. Logits are `unembed(params, h)` (params.unembed is the [V,D] matrix).
+    """
+    b, t = tokens.shape
+    x = _embed(params, tokens)
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    valid = jnp.ones((b, t), bool)
+    conv0, state0 = _zero_linear_state(cfg, b, x.dtype)
+    mixers = {
+        LINEAR: lambda p, xn, c: (deltanet(p, xn, valid, conv0, state0, cfg)[0], None),
+        FULL: lambda p, xn, c: (gated_attention(p, xn, pos, cfg), None),
+    }
+    x, stats, _ = _run_layers(params, x, valid, cfg, mixers, (None, None), remat)
+    h = rms_norm(x, params.final_norm, cfg.rms_norm_eps)
+    return (h, {"router_aux_loss": stats.aux_loss()}) if return_aux else h
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
+def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False, return_aux: bool = False):
+    """Logits float32 [B,T,V] of int32 tokens [B,T] (§3.1); with return_aux=True, (logits, aux) as hidden_states."""
+    out = hidden_states(params, tokens, cfg, remat=remat, return_aux=return_aux)
+    h, aux = out if return_aux else (out, None)
+    logits = unembed(params, h)
+    return (logits, aux) if return_aux else logits
+
+
+def _linear_cache(cache: Cache):
+    return (cache.conv_q, cache.conv_k, cache.conv_v, cache.state)
+
+
+def _with_states(cache: Cache, lengths, lin, full) -> Cache:
+    conv_q, conv_k, conv_v, state = lin
+    k, v = full
+    return Cache(lengths=lengths, k=k, v=v, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, state=state)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+def prefill(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array):
+    """Append right-padded tokens [B,T] (lengths[b] valid) to each row of `cache` at position cache.lengths[b].
+
+    Works on an empty cache (prompt prefill) and on a filled one (multi-token continuation). Padded tokens write
+    nothing and leave the DeltaNet states unchanged. Returns (logits float32 [B,T,V], cache); cache is donated.
+    """
+    b, t = tokens.shape
+    lengths = lengths.astype(jnp.int32)
+    pos = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
+    valid = jnp.arange(t)[None] < lengths[:, None]
+
+    def lin(p, xn, c):
+        out, conv, state = deltanet(p, xn, valid, c[:3], c[3], cfg)
+        return out, (*conv, state)
+
+    def full(p, xn, c):
+        out, k, v = gated_attention_cached(p, xn, pos, valid, c[0], c[1], cfg)
+        return out, (k, v)
+
+    x, _, (lin_c, full_c) = _run_layers(
+        params, _embed(params, tokens), valid, cfg, {LINEAR: lin, FULL: full}, (_linear_cache(cache), (cache.k, cache.v))
+    )
+    logits = unembed(params, rms_norm(x, params.final_norm, cfg.rms_norm_eps))
+    return logits, _with_states(cache, cache.lengths + lengths, lin_c, full_c)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+def decode_step(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, active: jax.Array | None = None):
+    """One token per row: tokens [B] at position cache.lengths[b] (recurrent DeltaNet, cached attention).
+
+    Rows with active[b] = False leave the cache unchanged (their logits are computed but meaningless).
+    Returns (logits float32 [B,V], cache); cache is donated.
+    """
+    b = tokens.shape[0]
+    active = jnp.ones((b,), bool) if active is None else active.astype(bool)
+    pos = cache.lengths[:, None]
+    valid = active[:, None]
+
+    def lin(p, xn, c):
+        out, conv, state = deltanet_step(p, xn, active, c[:3], c[3], cfg)
+        return out, (*conv, state)
+
+    def full(p, xn, c):
+        out, k, v = gated_attention_cached(p, xn, pos, valid, c[0], c[1], cfg)
+        return out, (k, v)
+
+    x, _, (lin_c, full_c) = _run_layers(
+        params, _embed(params, tokens[:, None]), valid, cfg, {LINEAR: lin, FULL: full},
+        (_linear_cache(cache), (cache.k, cache.v)),
+    )
+    logits = unembed(params, rms_norm(x[:, 0], params.final_norm, cfg.rms_norm_eps))
+    return logits, _with_states(cache, cache.lengths + active.astype(jnp.int32), lin_c, full_c)
