@@ -29,6 +29,7 @@ from searchjax.search.tool import (
     truncate_query,
 )
 from searchjax.search.types import SearchBackend, SearchError, SearchResult, iter_corpus, tokenize
+from searchjax.search.world import Entity, KnowledgeBase, Relation, WorldConfig, build_world
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -36,8 +37,11 @@ __all__ = [
     "SEARCH_WEB_TOOL",
     "TOOL_NAME",
     "TRAIN_MAX_CALLS",
+    "Entity",
     "HttpBackend",
+    "KnowledgeBase",
     "MemoryBackend",
+    "Relation",
     "SearchBackend",
     "SearchError",
     "SearchHTTPServer",
@@ -45,8 +49,10 @@ __all__ = [
     "SearchTool",
     "TantivyBackend",
     "ToolCallResult",
+    "WorldConfig",
     "budget_instruction",
     "build_index",
+    "build_world",
     "iter_corpus",
     "render_results",
     "serve_search",
