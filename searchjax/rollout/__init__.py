@@ -1,0 +1,32 @@
+"""Rollouts: the Qwen3.5 model behind JetStream's Engine API, the RL rollout driver and the search agent.
+
+    from searchjax.rollout import SearchJaxEngine, RolloutDriver, Request, Completion, Sampling, \
+        AgentConfig, PromptItem, run_rollouts, RolloutRecord, write_jsonl, read_jsonl, to_arrays, serve
+
+- `SearchJaxEngine` (a jetstream.engine.engine_api.Engine): prefill / insert / generate over slots, sampling with
+  temperature, top-p and top-k, log μ_infer of every sampled token.
+- `RolloutDriver`: continuous batching for RL: tokens, log-probs, finish reasons, per-request stops, params swap.
+- the search agent (`run_rollouts`): multi-turn search_web rollouts → `RolloutRecord`s (JSONL, padded arrays).
+- `serve`: JetStream's orchestrator and gRPC service with our engine, bound to 127.0.0.1 by default.
+"""
+
+from searchjax.rollout.driver import Completion, DriverStats, Request, RolloutDriver
+from searchjax.rollout.engine import DecodeState, JetStreamTokenizer, Prefix, SampledTokens, SearchJaxEngine
+from searchjax.rollout.sampling import Sampling, SamplingArrays, sample, sampling_logprobs, token_logprobs
+
+__all__ = [
+    "Completion",
+    "DecodeState",
+    "DriverStats",
+    "JetStreamTokenizer",
+    "Prefix",
+    "Request",
+    "RolloutDriver",
+    "SampledTokens",
+    "Sampling",
+    "SamplingArrays",
+    "SearchJaxEngine",
+    "sample",
+    "sampling_logprobs",
+    "token_logprobs",
+]

@@ -1,0 +1,247 @@
+"""The RL rollout driver: a queue of requests → continuous batching over the engine's slots → completions.
+
+It uses the same engine methods as JetStream's orchestrator (`prefill`, `insert`, `generate`) in one thread,
+and records what the orchestrator does not: for every request the sampled ids, log μ_infer of each one (the
+log-probability under the distribution it was sampled from, RECIPE.md §2), the finish reason, and per-request
+stops. Finish reasons:
+
+    stop_token   the last token is one of the request's stop ids (it is kept: the trainer sees it)
+    stop_string  the decoded tail of the generation contains one of the request's stop strings
+    max_tokens   max_new_tokens were generated
+    context      the slot's cache is full (prompt + generation reached the engine's max_len)
+
+The loop is pipelined: step t+1 is dispatched before the tokens of step t are read on the host, so host work
+overlaps device work. A slot that finished at step t therefore runs one wasted step, whose token is ignored.
+Requests may be added while running (`on_finish` returns follow-ups, e.g. the next turn of an agent).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from searchjax.rollout.engine import SearchJaxEngine, prefill_bucket
+from searchjax.rollout.sampling import Sampling
+
+FINISH_REASONS = ("stop_token", "stop_string", "max_tokens", "context")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One generation request.
+
+    prompt: token ids (the full context so far); max_new_tokens >= 1; sampling; key: a typed PRNG key (the
+    request's own random stream); stop_token_ids / stop_strings: where to stop; tag: anything of the caller's.
+    """
+
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    key: jax.Array
+    sampling: Sampling = Sampling()
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    tag: Any = None
+
+
+@dataclasses.dataclass
+class Completion:
+    """What a request produced: tokens[n] int32, logprobs[n] f32 (log μ_infer), why it stopped, timings."""
+
+    request: Request
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    finish_reason: str
+    stop: int | str | None
+    queued_s: float
+    decode_s: float
+
+
+@dataclasses.dataclass
+class DriverStats:
+    """Counters of one `run`: decode steps, generated tokens, wall time, time spent in host bookkeeping."""
+
+    steps: int = 0
+    tokens: int = 0
+    requests: int = 0
+    wall_s: float = 0.0
+    host_s: float = 0.0
+
+
+class _Live:
+    """A request in a slot: its tokens so far, stop sets and the first step whose output is its own."""
+
+    def __init__(self, request: Request, first_step: int, stop_ids: frozenset[int], stop_strings, window, t0):
+        self.request, self.first_step, self.t_queued, self.t_admit = request, first_step, t0, time.perf_counter()
+        self.stop_ids, self.stop_strings, self.window = stop_ids, stop_strings, window
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+
+
+class RolloutDriver:
+    """Continuous batching over a `SearchJaxEngine` for RL rollouts (see module docstring)."""
+
+    def __init__(self, engine: SearchJaxEngine, params: Any):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.params = engine.place_params(params)
+        self.stats = DriverStats()
+
+    def set_params(self, params: Any) -> None:
+        """Swap the weights (e.g. policy ↔ reference, or after a train step) without recompiling.
+
+        The new tree must match the old one in structure, shapes and dtypes, or a ValueError names the leaf.
+        """
+        old = jax.tree_util.tree_flatten_with_path(self.params)[0]
+        new = jax.tree_util.tree_flatten_with_path(params)[0]
+        if jax.tree.structure(self.params) != jax.tree.structure(params):
+            raise ValueError("set_params: the new params tree has a different structure from the current one")
+        for (path, a), (_, b) in zip(old, new):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                raise ValueError(
+                    f"set_params: {jax.tree_util.keystr(path)} is {b.shape} {b.dtype}, expected {a.shape} {a.dtype}"
+                )
+        self.params = self.engine.place_params(params)
+
+    # ------------------------------------------------------------------ admission
+    def _check(self, request: Request) -> None:
+        n, vocab = len(request.prompt), self.engine.cfg.vocab_size
+        if n == 0:
+            raise ValueError(f"request {request.tag!r}: empty prompt")
+        if n > self.engine.max_len:
+            raise ValueError(f"request {request.tag!r}: prompt of {n} tokens exceeds the cache length {self.engine.max_len}")
+        if request.max_new_tokens < 1:
+            raise ValueError(f"request {request.tag!r}: max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        bad = [t for t in request.prompt if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"request {request.tag!r}: token ids {bad[:5]} outside the vocabulary [0, {vocab})")
+
+    def _prefill(self, request: Request):
+        """Prefill the prompt, in chunks of max_prefill_length continued through `existing_prefix`."""
+        prompt = np.asarray(request.prompt, np.int32)
+        chunk = self.engine.max_prefill_length
+        prefix = None
+        for start in range(0, len(prompt), chunk):
+            piece = prompt[start : start + chunk]
+            padded = np.zeros(prefill_bucket(len(piece), chunk), np.int32)
+            padded[: len(piece)] = piece
+            extra = {"sampling": request.sampling, "key": request.key} if prefix is None else {}
+            prefix = self.engine.prefill(
+                params=self.params, existing_prefix=prefix, padded_tokens=padded, true_length=len(piece), **extra
+            )
+        return prefix
+
+    def _stops(self, request: Request) -> tuple[frozenset[int], tuple[str, ...], int]:
+        """Stop ids, the stop strings that are not single tokens, and the token window that can contain them."""
+        ids, strings = set(request.stop_token_ids), []
+        for s in request.stop_strings:
+            encoded = self.tokenizer.encode(s)
+            if len(encoded) == 1 and self.tokenizer.decode(encoded) == s:
+                ids.add(encoded[0])
+            else:
+                strings.append(s)
+        # Each token decodes to >= 1 byte, so a string of m bytes ending in the newest token lies in its last m.
+        window = max((len(s.encode()) for s in strings), default=0) + 1
+        return frozenset(ids), tuple(strings), window
+
+    # ------------------------------------------------------------------ the loop
+    def run(
+        self,
+        requests: Iterable[Request],
+        on_finish: Callable[[Completion], Iterable[Request] | None] | None = None,
+    ) -> list[Completion]:
+        """Generate every request (and every follow-up `on_finish` returns); completions in finishing order."""
+        engine, t_start = self.engine, time.perf_counter()
+        pending = collections.deque((r, t_start) for r in requests)
+        for r, _ in pending:
+            self._check(r)
+        slots: list[_Live | None] = [None] * engine.max_concurrent_decodes
+        free = list(range(engine.max_concurrent_decodes))[::-1]
+        state, step, inflight, done = engine.init_decode_state(), 0, None, []
+        stats = DriverStats()
+        while True:
+            while free and pending:
+                request, t_queued = pending.popleft()
+                slot = free.pop()
+                state = engine.insert(self._prefill(request), state, slot)
+                slots[slot] = _Live(request, step, *self._stops(request), t_queued)
+            dispatched = None
+            if any(s is not None for s in slots):
+                state, result = engine.generate(self.params, state)
+                result.copy_to_host_async()
+                dispatched, step = (step, result), step + 1
+            if inflight is not None:
+                t_host = time.perf_counter()
+                for c in self._process(inflight, slots, free, stats):
+                    done.append(c)
+                    for follow in (on_finish(c) if on_finish else None) or ():
+                        self._check(follow)
+                        pending.append((follow, time.perf_counter()))
+                stats.host_s += time.perf_counter() - t_host
+            inflight = dispatched
+            if inflight is None and not pending:
+                break
+        stats.steps, stats.requests, stats.wall_s = step, len(done), time.perf_counter() - t_start
+        self.stats = stats
+        return done
+
+    def _process(self, inflight, slots: list[_Live | None], free: list[int], stats: DriverStats) -> list[Completion]:
+        """Read one step's tokens on the host; finish the requests that stopped and free their slots."""
+        step, result = inflight
+        data = np.asarray(result.data).tolist()
+        logprobs = np.asarray(result.logprobs).tolist()
+        finished = []
+        for slot, live in enumerate(slots):
+            if live is None or live.first_step > step:
+                continue
+            token, valid, _ = data[slot]
+            reason, stop = ("context", None) if not valid else self._append(live, token, logprobs[slot])
+            stats.tokens += int(bool(valid))
+            if reason is not None:
+                finished.append(self._complete(live, reason, stop))
+                slots[slot] = None
+                free.append(slot)
+        return finished
+
+    def _append(self, live: _Live, token: int, logprob: float) -> tuple[str | None, int | str | None]:
+        live.tokens.append(token)
+        live.logprobs.append(logprob)
+        if token in live.stop_ids:
+            return "stop_token", token
+        if live.stop_strings:
+            tail = self.tokenizer.decode(live.tokens[-live.window :])
+            hit = next((s for s in live.stop_strings if s in tail), None)
+            if hit is not None:
+                return "stop_string", hit
+        if len(live.tokens) >= live.request.max_new_tokens:
+            return "max_tokens", None
+        return None, None
+
+    @staticmethod
+    def _complete(live: _Live, reason: str, stop) -> Completion:
+        now = time.perf_counter()
+        return Completion(
+            request=live.request,
+            tokens=np.asarray(live.tokens, np.int32),
+            logprobs=np.asarray(live.logprobs, np.float32),
+            finish_reason=reason,
+            stop=stop,
+            queued_s=live.t_admit - live.t_queued,
+            decode_s=now - live.t_admit,
+        )
+
+
+def generate(
+    driver: RolloutDriver, prompts: Sequence[Sequence[int]], max_new_tokens: int, key: jax.Array, **kwargs
+) -> list[Completion]:
+    """Convenience: one request per prompt (key fold_in(key, i)), completions returned in prompt order."""
+    requests = [
+        Request(tuple(int(t) for t in p), max_new_tokens, jax.random.fold_in(key, i), tag=i, **kwargs)
+        for i, p in enumerate(prompts)
+    ]
+    return sorted(driver.run(requests), key=lambda c: c.request.tag)

@@ -1,0 +1,353 @@
+"""`SearchJaxEngine`: the Qwen3.5 model behind JetStream's Engine API (google-jetstream 0.2.2).
+
+Continuous batching over `max_concurrent_decodes` slots. A request is prefilled alone into a batch-1 hybrid
+cache (attention KV + DeltaNet conv + recurrent state), then `insert`ed into a free slot of the batched decode
+state; every `generate` call advances all slots by one token.
+
+Sampling lives in `generate`, not in `prefill`: a prefix carries the logits of the next token, and each
+`generate` first *samples* from the pending logits of every slot (temperature / top-k / top-p per slot,
+searchjax.rollout.sampling), then feeds the sampled token through `decode_step` to get the next logits. So the
+first generated token is returned by `generate` like every other one, and its log-probability μ_infer is
+computed from exactly the distribution it was drawn from.
+
+Randomness: slot b's n-th token uses the key fold_in(k_b, n), where k_b is the request's own key. A request's
+samples therefore depend on its key and its tokens only, never on the slot it got or on the other requests in
+the batch (continuous batching changes nothing but speed).
+
+Parameters are an argument of every jitted function, so a params tree with the same shapes, dtypes and
+shardings can be swapped between rollout phases without recompiling (`trace_counts` counts traces).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from searchjax import model as M
+from searchjax.chat.tokenizer import Tokenizer, load_tokenizer
+from searchjax.rollout.jetstream_compat import engine_api, token_utils, tokenizer_api, tokenizer_pb2
+from searchjax.rollout.sampling import Sampling, SamplingArrays, sample
+from searchjax.sharding import make_mesh
+
+# The prefill buckets of JetStream's pad_tokens; max_prefill_length must be one of them.
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@struct.dataclass
+class Prefix:
+    """One prefilled request: its batch-1 cache, next-token logits [1,V] f32, sampling [1] and key data [1,k]."""
+
+    cache: Any
+    logits: jax.Array
+    sampling: SamplingArrays
+    key: jax.Array
+
+
+@struct.dataclass
+class DecodeState:
+    """The batched decode state over B slots.
+
+    cache: the hybrid cache [B, ...]; logits [B,V] f32 of each slot's next token; sampling [B]; key data [B,k];
+    generated [B] i32 tokens produced since insert; active [B] bool (a slot stops when its cache is full).
+    """
+
+    cache: Any
+    logits: jax.Array
+    sampling: SamplingArrays
+    keys: jax.Array
+    generated: jax.Array
+    active: jax.Array
+
+
+@struct.dataclass
+class SampledTokens(engine_api.ResultTokens):
+    """JetStream's ResultTokens ([B, token | valid | length] int32) plus log μ_infer of each token, [B] f32."""
+
+    logprobs: Any = None
+
+    def copy_to_host_async(self) -> None:
+        for x in (self.data, self.logprobs):
+            if isinstance(x, jax.Array):
+                x.copy_to_host_async()
+
+    def convert_to_numpy(self) -> "SampledTokens":
+        return SampledTokens(
+            np.asarray(self.data), self.tokens_idx, self.valid_idx, self.length_idx, self.samples_per_slot,
+            logprobs=np.asarray(self.logprobs),
+        )
+
+
+class JetStreamTokenizer(tokenizer_api.Tokenizer):
+    """searchjax's chat tokenizer seen through JetStream's Tokenizer API.
+
+    JetStream prepends `bos_id` to every new request; Qwen has no BOS token, and `<|endoftext|>` (the id Qwen's
+    config names as bos, and its pad token) is used. Generation stops on `<|im_end|>` and `<|endoftext|>`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+
+    def encode(self, s: str, **kwargs):
+        """(padded ids, true length) of `s`, padded to JetStream's prefill buckets."""
+        ids = np.asarray(self.tokenizer.encode(s), np.int32)
+        return token_utils.pad_tokens(
+            ids, self.bos_id, self.pad_id,
+            is_bos=kwargs.pop("is_bos", True),
+            prefill_lengths=kwargs.pop("prefill_lengths", None),
+            max_prefill_length=kwargs.pop("max_prefill_length", None),
+            jax_padding=kwargs.pop("jax_padding", True),
+        )
+
+    def decode(self, token_ids: list[int], **kwargs) -> str:
+        del kwargs
+        return self.tokenizer.decode(token_ids)
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.special.pad
+
+    @property
+    def eos_id(self) -> int:
+        return self.tokenizer.special.im_end
+
+    @property
+    def bos_id(self) -> int:
+        return self.tokenizer.special.endoftext
+
+    @property
+    def stop_tokens(self) -> set[int]:
+        return set(self.tokenizer.special.stop_ids)
+
+
+def _check_sizes(max_concurrent_decodes: int, max_prefill_length: int, max_len: int) -> None:
+    if max_concurrent_decodes < 1:
+        raise ValueError(f"max_concurrent_decodes must be >= 1, got {max_concurrent_decodes}")
+    if max_prefill_length not in PREFILL_BUCKETS:
+        raise ValueError(
+            f"max_prefill_length must be one of JetStream's prefill buckets {list(PREFILL_BUCKETS)}, "
+            f"got {max_prefill_length}"
+        )
+    if max_len < max_prefill_length:
+        raise ValueError(f"max_len ({max_len}) must be >= max_prefill_length ({max_prefill_length})")
+
+
+class SearchJaxEngine(engine_api.Engine):
+    """The Qwen3.5 policy as a JetStream engine (see the module docstring for the sampling contract).
+
+    Args:
+      cfg: the model config. params: a params pytree (host or device), placed by `load_params`.
+      tokenizer: searchjax's chat tokenizer (its `source` path is what `get_tokenizer` advertises).
+      max_concurrent_decodes: number of slots B. max_prefill_length: the longest single prefill (a JetStream
+        bucket); longer prompts are prefilled in chunks by the rollout driver. max_len: cache length per slot.
+      sampling: the settings used for requests that do not bring their own (JetStream's orchestrator).
+      seed: base key of requests without their own key. mesh: defaults to the first device.
+    """
+
+    def __init__(
+        self,
+        cfg: M.ModelConfig,
+        params: Any,
+        tokenizer: Tokenizer,
+        *,
+        max_concurrent_decodes: int = 8,
+        max_prefill_length: int = 256,
+        max_len: int = 1024,
+        cache_dtype: str = "float32",
+        sampling: Sampling = Sampling(),
+        seed: int = 0,
+        mesh: Mesh | None = None,
+    ):
+        _check_sizes(max_concurrent_decodes, max_prefill_length, max_len)
+        self.cfg, self.tokenizer, self.default_sampling = cfg, tokenizer, sampling
+        self.max_len, self.cache_dtype = max_len, jnp.dtype(cache_dtype)
+        self._batch, self._max_prefill = max_concurrent_decodes, max_prefill_length
+        self._mesh = mesh if mesh is not None else make_mesh({"fsdp": 1}, devices=jax.devices()[:1])
+        self._params = params
+        self._base_key = jax.random.key(seed)
+        self._request_counter = itertools.count()
+        self.trace_counts: collections.Counter[str] = collections.Counter()
+        self._replicated = NamedSharding(self._mesh, PartitionSpec())
+        self._build_jitted()
+
+    # ---------------------------------------------------------------- jitted kernels
+    def _build_jitted(self) -> None:
+        cfg, max_len, dtype = self.cfg, self.max_len, self.cache_dtype
+        repl = self._replicated
+
+        def fresh_cache():
+            self.trace_counts["init_cache"] += 1
+            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), M.cache_shapes(cfg, 1, max_len, dtype))
+
+        def prefill(params, tokens, true_length, cache, sampling, key):
+            self.trace_counts["prefill"] += 1
+            lengths = jnp.reshape(true_length, (1,)).astype(jnp.int32)
+            logits, cache = M.prefill(params, tokens, cfg, cache, lengths)
+            last = jnp.take(logits[0], true_length - 1, axis=0).astype(jnp.float32)
+            return Prefix(cache=cache, logits=last[None, :], sampling=sampling, key=key)
+
+        def insert(prefix, state, slot):
+            self.trace_counts["insert"] += 1
+            put = lambda full, row: full.at[slot].set(row[0])  # noqa: E731
+            return DecodeState(
+                cache=M.insert_cache(state.cache, prefix.cache, slot),
+                logits=put(state.logits, prefix.logits),
+                sampling=jax.tree.map(put, state.sampling, prefix.sampling),
+                keys=put(state.keys, prefix.key),
+                generated=state.generated.at[slot].set(0),
+                active=state.active.at[slot].set(True),
+            )
+
+        prefix_shardings = self._shardings(1, Prefix)
+        state_shardings = self._shardings(self._batch, DecodeState)
+        self._fresh_cache = jax.jit(fresh_cache, out_shardings=prefix_shardings.cache)
+        self._prefill = jax.jit(prefill, out_shardings=prefix_shardings)
+        self._insert = jax.jit(insert, donate_argnums=(1,), out_shardings=state_shardings)
+        self._generate = jax.jit(
+            self._generate_step, donate_argnums=(1,), out_shardings=(state_shardings, repl, repl)
+        )
+
+    def _shardings(self, batch: int, kind: type):
+        """Shardings of a Prefix (batch 1) or DecodeState: the cache by its logical axes, the rest replicated."""
+        repl = self._replicated
+        cache = M.cache_shardings(self.cfg, batch, self.max_len, self._mesh, self.cache_dtype)
+        sampling = SamplingArrays(temperature=repl, top_p=repl, top_k=repl)
+        if kind is Prefix:
+            return Prefix(cache=cache, logits=repl, sampling=sampling, key=repl)
+        return DecodeState(cache=cache, logits=repl, sampling=sampling, keys=repl, generated=repl, active=repl)
+
+    def _generate_step(self, params, state: DecodeState):
+        """Sample every slot from its pending logits, then feed the samples through decode_step."""
+        self.trace_counts["generate"] += 1
+        keys = jax.vmap(lambda kd, n: jax.random.fold_in(jax.random.wrap_key_data(kd), n))(
+            state.keys, state.generated
+        )
+        tokens, logprobs = sample(keys, state.logits, state.sampling)
+        # A slot whose cache is full still returns the token sampled from its last logits, then stops.
+        feed = state.active & (state.cache.lengths < self.max_len)
+        logits, cache = M.decode_step(params, tokens, self.cfg, state.cache, active=feed)
+        generated = state.generated + state.active.astype(jnp.int32)
+        new_state = DecodeState(
+            cache=cache,
+            logits=jnp.where(feed[:, None], logits.astype(jnp.float32), state.logits),
+            sampling=state.sampling,
+            keys=state.keys,
+            generated=generated,
+            active=feed,
+        )
+        data = jnp.stack([tokens, state.active.astype(jnp.int32), generated], axis=1)
+        logprobs = jnp.where(state.active, logprobs, 0.0)
+        return new_state, data, logprobs
+
+    # ---------------------------------------------------------------- Engine API
+    def load_params(self, *args, **kwargs) -> Any:
+        """The engine's params, placed on its mesh with the model's parameter shardings."""
+        del args, kwargs
+        return self.place_params(self._params)
+
+    def place_params(self, params: Any) -> Any:
+        """Put any params tree of this model on the engine's mesh (also for swapping policy/reference)."""
+        return jax.device_put(params, M.param_shardings(self.cfg, self._mesh))
+
+    def prefill(
+        self,
+        *,
+        params: Any,
+        existing_prefix: Prefix | None = None,
+        padded_tokens: jax.Array,
+        true_length: int,
+        sampling: Sampling | None = None,
+        key: jax.Array | None = None,
+    ) -> Prefix:
+        """Prefill `padded_tokens[:true_length]` (after `existing_prefix`'s tokens when given).
+
+        `sampling` and `key` (a typed PRNG key) are searchjax extensions used by the rollout driver; JetStream's
+        orchestrator passes neither, and gets the engine's default sampling and a fresh key per request.
+        """
+        tokens = jnp.asarray(padded_tokens, jnp.int32).reshape(1, -1)
+        if not 0 < int(true_length) <= tokens.shape[1]:
+            raise ValueError(f"prefill: true_length {true_length} not in [1, {tokens.shape[1]}]")
+        if existing_prefix is None:
+            cache = self._fresh_cache()
+            sampling_arrays = SamplingArrays.of(sampling or self.default_sampling)
+            if key is None:
+                key = jax.random.fold_in(self._base_key, next(self._request_counter))
+            key_data = jax.random.key_data(key)[None, :]
+        else:
+            cache, sampling_arrays, key_data = existing_prefix.cache, existing_prefix.sampling, existing_prefix.key
+            if sampling is not None or key is not None:
+                raise ValueError("prefill: a continuation keeps its prefix's sampling and key; pass neither")
+        return self._prefill(params, tokens, jnp.int32(true_length), cache, sampling_arrays, key_data)
+
+    def insert(self, prefix: Prefix, decode_state: DecodeState, slot: int) -> DecodeState:
+        if not 0 <= slot < self._batch:
+            raise ValueError(f"insert: slot {slot} not in [0, {self._batch})")
+        return self._insert(prefix, decode_state, jnp.int32(slot))
+
+    def generate(self, params: Any, decode_state: DecodeState) -> tuple[DecodeState, SampledTokens]:
+        state, data, logprobs = self._generate(params, decode_state)
+        return state, SampledTokens(data, (0, 1), (1, 2), (2, 3), 1, logprobs=logprobs)
+
+    def init_decode_state(self, *args, **kwargs) -> DecodeState:
+        del args, kwargs
+        b, vocab = self._batch, self.cfg.vocab_size
+        key_width = jax.random.key_data(self._base_key).shape[-1]
+        state = DecodeState(
+            cache=M.init_cache(self.cfg, b, self.max_len, self.cache_dtype, mesh=self._mesh),
+            logits=jnp.zeros((b, vocab), jnp.float32),
+            sampling=SamplingArrays.of([self.default_sampling] * b),
+            keys=jnp.zeros((b, key_width), jnp.uint32),
+            generated=jnp.zeros((b,), jnp.int32),
+            active=jnp.zeros((b,), bool),
+        )
+        return jax.device_put(state, self._shardings(b, DecodeState))
+
+    def get_prefix_destination_sharding(self) -> Prefix:
+        """A Prefix of NamedShardings: the batch-1 cache by its logical axes, the rest replicated."""
+        return self._shardings(1, Prefix)
+
+    def get_tokenizer(self) -> tokenizer_pb2.TokenizerParameters:
+        return tokenizer_pb2.TokenizerParameters(path=self.tokenizer.source)
+
+    def build_tokenizer(self, metadata: tokenizer_pb2.TokenizerParameters) -> JetStreamTokenizer:
+        if metadata.path == self.tokenizer.source:
+            return JetStreamTokenizer(self.tokenizer)
+        return JetStreamTokenizer(load_tokenizer(metadata.path))
+
+    @property
+    def max_concurrent_decodes(self) -> int:
+        return self._batch
+
+    @property
+    def samples_per_slot(self) -> int:
+        return 1
+
+    @property
+    def max_prefill_length(self) -> int:
+        return self._max_prefill
+
+    @property
+    def mesh(self) -> Mesh:
+        return self._mesh
+
+    @property
+    def colocated_cpus(self) -> None:
+        return None
+
+
+def prefill_bucket(length: int, max_prefill_length: int) -> int:
+    """The padded length JetStream uses for `length` tokens (the smallest bucket >= length, capped)."""
+    buckets = [b for b in PREFILL_BUCKETS if b <= max_prefill_length]
+    return next((b for b in buckets if b >= length), buckets[-1] if buckets else max_prefill_length)
+
+
+def num_chunks(length: int, max_prefill_length: int) -> int:
+    """How many prefill calls a prompt of `length` tokens needs."""
+    return max(1, math.ceil(length / max_prefill_length))
