@@ -8,11 +8,13 @@
 
 from searchjax.model.cache import Cache, cache_bytes, cache_shapes, cache_shardings, init_cache, insert_cache
 from searchjax.model.config import ModelConfig, from_hf_config, load_preset, preset_names, to_hf_config
+from searchjax.model.hf import CheckpointError, load_hf, read_hf_config, save_hf
 from searchjax.model.params import Params, abstract_params, init_params, param_count, param_shardings, param_specs
 from searchjax.model.transformer import decode_step, forward, hidden_states, prefill, unembed
 
 __all__ = [
     "Cache",
+    "CheckpointError",
     "ModelConfig",
     "Params",
     "abstract_params",
@@ -26,11 +28,14 @@ __all__ = [
     "init_cache",
     "init_params",
     "insert_cache",
+    "load_hf",
     "load_preset",
     "param_count",
     "param_shardings",
     "param_specs",
     "prefill",
+    "read_hf_config",
+    "save_hf",
     "preset_names",
     "to_hf_config",
     "unembed",
