@@ -81,7 +81,8 @@ def tool_schemas(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[st
         fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
             raise ValueError(f"tools[{k}]: expected {{'function': {{'name': str, 'parameters': {{...}}}}}}")
-        params = fn.get("parameters") or {}
+        params = fn.get("parameters")
+        params = {} if params is None else params
         if not isinstance(params, Mapping):
             raise ValueError(f"tools[{k}] ({fn['name']}): 'parameters' must be a JSON-schema object")
         properties = params.get("properties") or {}
@@ -241,14 +242,23 @@ def _parse_params(inner: str) -> tuple[dict[str, str], list[str]]:
         pos = close + len(PARAM_CLOSE)
 
 
+def _finite_json(text: str) -> Any:
+    """``json.loads`` that refuses NaN and ±Infinity (no tool argument needs them)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
 _PARSERS = {
     "string": lambda s: s,
-    "integer": lambda s: _typed(json.loads(s), int),
-    "number": lambda s: _typed(json.loads(s), (int, float)),
+    "integer": lambda s: _typed(_finite_json(s), int),
+    "number": lambda s: _typed(_finite_json(s), (int, float)),
     "boolean": lambda s: {"true": True, "false": False}[s.strip().lower()],
     "null": lambda s: {"null": None, "none": None}[s.strip().lower()],
-    "object": lambda s: _typed(json.loads(s), dict),
-    "array": lambda s: _typed(json.loads(s), list),
+    "object": lambda s: _typed(_finite_json(s), dict),
+    "array": lambda s: _typed(_finite_json(s), list),
 }
 
 
