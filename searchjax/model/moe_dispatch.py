@@ -55,16 +55,15 @@ def _check(x, top_idx, top_w, w_gate, w_up, w_down) -> None:
         )
 
 
-def _sort_by_expert(top_idx: jax.Array, num_experts: int):
-    """Sort the N·X assignments by expert.
+def _sort_by_expert(flat_idx: jax.Array, num_experts: int):
+    """Sort the N·X assignments (flat_idx[n·X + j] = top_idx[n, j]) by expert.
 
     Returns (order, inverse, group_sizes): `order[i]` is the flat assignment (n·X + j) at sorted position i,
     `inverse` its inverse permutation, and `group_sizes[e]` the number of rows routed to expert e.
     """
-    flat = top_idx.reshape(-1).astype(jnp.int32)
-    order = jnp.argsort(flat, stable=True)
+    order = jnp.argsort(flat_idx, stable=True)
     inverse = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
-    group_sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
+    group_sizes = jnp.bincount(flat_idx, length=num_experts).astype(jnp.int32)
     return order, inverse, group_sizes
 
 
@@ -73,52 +72,107 @@ def _swiglu(h: jax.Array, u: jax.Array, dtype) -> jax.Array:
     return (jax.nn.silu(h) * u).astype(dtype)
 
 
-def _ragged_ffn(xs, group_sizes, w_gate, w_up, w_down) -> jax.Array:
-    """Grouped SwiGLU over expert-sorted rows xs[M, D] with `jax.lax.ragged_dot`; returns fp32 [M, D]."""
+def _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x: int) -> jax.Array:
+    """Grouped SwiGLU with `jax.lax.ragged_dot` over expert-sorted rows; returns fp32 [N·X, D] rows."""
+    order, inverse, group_sizes = _sort_by_expert(flat_idx, w_gate.shape[0])
+    xs = x[order // num_x]
     h = jax.lax.ragged_dot(xs, w_gate, group_sizes, preferred_element_type=jnp.float32)
     u = jax.lax.ragged_dot(xs, w_up, group_sizes, preferred_element_type=jnp.float32)
-    a = _swiglu(h, u, xs.dtype)
-    return jax.lax.ragged_dot(a, w_down, group_sizes, preferred_element_type=jnp.float32)
+    a = _swiglu(h, u, x.dtype)
+    return jax.lax.ragged_dot(a, w_down, group_sizes, preferred_element_type=jnp.float32)[inverse]
 
 
-def _block_layout(group_sizes: jax.Array, num_rows: int, block: int):
-    """Map padded rows to sorted rows for the block scheme.
+def _block_layout(flat_idx: jax.Array, num_experts: int, num_x: int, block: int):
+    """Place the N·X expert-sorted assignments into expert-pure blocks of b rows.
 
-    Expert e's c_e sorted rows start at o_e = Σ_{e'<e} c_e' and are placed at padded offset
-    p_e = Σ_{e'<e} b·⌈c_e'/b⌉. Returns (block_expert[nb], src[nb·b], valid[nb·b], dest[M]): the expert of each
-    block, the sorted row feeding each padded row (valid=False for padding), and each sorted row's padded row.
+    Expert e's c_e rows (sorted position o_e = Σ_{e'<e} c_e' onwards) go to padded rows starting at
+    p_e = Σ_{e'<e} b·⌈c_e'/b⌉, so every block of b padded rows belongs to one expert. Since
+    Σ_e ⌈c_e/b⌉ ≤ (N·X + min(E, N·X)·(b−1)) / b, that many blocks always suffice (a static count).
+    Returns (block_expert[nb], token[nb·b], valid[nb·b], pos[N·X]): the expert of each block, the token
+    feeding each padded row (valid=False for padding), and the padded row of each assignment n·X + j.
     """
-    e = group_sizes.shape[0]
-    nb = (num_rows + min(e, num_rows) * (block - 1)) // block
+    m = flat_idx.shape[0]
+    order, inverse, group_sizes = _sort_by_expert(flat_idx, num_experts)
+    nb = (m + min(num_experts, m) * (block - 1)) // block
     padded = (group_sizes + block - 1) // block * block
     pad_end = jnp.cumsum(padded)
     pad_start = pad_end - padded
     row_start = jnp.cumsum(group_sizes) - group_sizes
-    block_expert = jnp.minimum(
-        jnp.searchsorted(pad_end, jnp.arange(nb, dtype=jnp.int32) * block, side="right"), e - 1
-    ).astype(jnp.int32)
-    rows = jnp.arange(nb * block, dtype=jnp.int32)
+    block_expert = jnp.searchsorted(pad_end, jnp.arange(nb, dtype=jnp.int32) * block, side="right")
+    block_expert = jnp.minimum(block_expert, num_experts - 1).astype(jnp.int32)
     row_expert = jnp.repeat(block_expert, block, total_repeat_length=nb * block)
-    local = rows - pad_start[row_expert]
+    local = jnp.arange(nb * block, dtype=jnp.int32) - pad_start[row_expert]
     valid = (local >= 0) & (local < group_sizes[row_expert])
-    src = jnp.clip(row_start[row_expert] + local, 0, num_rows - 1)
-    sorted_rows = jnp.arange(num_rows, dtype=jnp.int32)
-    sorted_expert = jnp.repeat(jnp.arange(e, dtype=jnp.int32), group_sizes, total_repeat_length=num_rows)
-    dest = pad_start[sorted_expert] + sorted_rows - row_start[sorted_expert]
-    return block_expert, src, valid, dest
+    token = order[jnp.clip(row_start[row_expert] + local, 0, m - 1)] // num_x
+    pos = pad_start[flat_idx] + inverse - row_start[flat_idx]
+    return block_expert, token, valid, pos
 
 
-def _block_ffn(xs, group_sizes, w_gate, w_up, w_down, block: int) -> jax.Array:
-    """Grouped SwiGLU over expert-sorted rows xs[M, D], one [b, D] block per matmul; returns fp32 [M, D]."""
-    m, d = xs.shape
-    block_expert, src, valid, dest = _block_layout(group_sizes, m, block)
+def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
+def _dot_t(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a @ bᵀ in fp32."""
+    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _blocks_fwd(xp, block_expert, w_gate, w_up, w_down):
+    """y_b = (silu(x_b W_g[e_b]) ⊙ x_b W_u[e_b]) W_d[e_b] for each block b, one loop step per block."""
+
+    def step(_, args):
+        xb, e = args
+        h, u = _dot(xb, w_gate[e]), _dot(xb, w_up[e])
+        return None, (_dot(_swiglu(h, u, xb.dtype), w_down[e]), h, u)
+
+    _, (yp, h, u) = jax.lax.scan(step, None, (xp, block_expert))
+    return yp, (xp, block_expert, h, u, w_gate, w_up, w_down)
+
+
+def _blocks_bwd(res, dyp):
+    """Per block: da = dy W_dᵀ; dh = da ⊙ u ⊙ silu'(h); du = da ⊙ silu(h); dx = dh W_gᵀ + du W_uᵀ.
+
+    Weight gradients accumulate into expert e_b's slice only (dW_g[e] += x_bᵀ dh, ...), so the backward pass
+    costs O(blocks · D · F) like the forward, independent of E.
+    """
+    xp, block_expert, h_all, u_all, w_gate, w_up, w_down = res
+
+    def step(grads, args):
+        xb, e, h, u, dy = args
+        sig = jax.nn.sigmoid(h)
+        silu = h * sig
+        da = _dot_t(dy.astype(w_down.dtype), w_down[e])
+        dh = (da * u * sig * (1.0 + h * (1.0 - sig))).astype(xb.dtype)
+        du = (da * silu).astype(xb.dtype)
+        dx = _dot_t(dh, w_gate[e]) + _dot_t(du, w_up[e])
+        a = (silu * u).astype(xb.dtype)
+        dg, du_w, dd = grads
+        dg = dg.at[e].add(_dot(xb.T, dh))
+        du_w = du_w.at[e].add(_dot(xb.T, du))
+        dd = dd.at[e].add(_dot(a.T, dy.astype(xb.dtype)))
+        return (dg, du_w, dd), dx.astype(xb.dtype)
+
+    zeros = tuple(jnp.zeros(w.shape, jnp.float32) for w in (w_gate, w_up, w_down))
+    (dg, du, dd), dxp = jax.lax.scan(step, zeros, (xp, block_expert, h_all, u_all, dyp))
+    return dxp, None, dg.astype(w_gate.dtype), du.astype(w_up.dtype), dd.astype(w_down.dtype)
+
+
+@jax.custom_vjp
+def _blocks_swiglu(xp, block_expert, w_gate, w_up, w_down):
+    """SwiGLU of expert-pure blocks xp[nb, b, D] with expert block_expert[nb]; fp32 [nb, b, D]."""
+    return _blocks_fwd(xp, block_expert, w_gate, w_up, w_down)[0]
+
+
+_blocks_swiglu.defvjp(_blocks_fwd, _blocks_bwd)
+
+
+def _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x: int, block: int) -> jax.Array:
+    """Grouped SwiGLU over expert-pure blocks of b rows; returns fp32 [N·X, D] rows."""
+    block_expert, token, valid, pos = _block_layout(flat_idx, w_gate.shape[0], num_x, block)
     nb = block_expert.shape[0]
-    xp = jnp.where(valid[:, None], xs[src], jnp.zeros((), xs.dtype)).reshape(nb, block, d)
-    h = jnp.einsum("GbD,GDF->GbF", xp, w_gate[block_expert], preferred_element_type=jnp.float32)
-    u = jnp.einsum("GbD,GDF->GbF", xp, w_up[block_expert], preferred_element_type=jnp.float32)
-    a = _swiglu(h, u, xs.dtype)
-    yp = jnp.einsum("GbF,GFD->GbD", a, w_down[block_expert], preferred_element_type=jnp.float32)
-    return yp.reshape(nb * block, d)[dest]
+    xp = jnp.where(valid[:, None], x[token], jnp.zeros((), x.dtype)).reshape(nb, block, x.shape[1])
+    yp = _blocks_swiglu(xp, block_expert, w_gate, w_up, w_down)
+    return yp.reshape(nb * block, -1)[pos]
 
 
 def expert_ffn(
@@ -142,20 +196,20 @@ def expert_ffn(
     Returns:
       [N, D] in x.dtype (matmuls and the weighted sum accumulate in fp32).
     """
+    x, top_idx, top_w, w_gate, w_up, w_down = map(jnp.asarray, (x, top_idx, top_w, w_gate, w_up, w_down))
     _check(x, top_idx, top_w, w_gate, w_up, w_down)
     impl = impl or default_impl()
     if impl not in IMPLS:
         raise ValueError(f"expert_ffn: impl must be one of {IMPLS}, got {impl!r}")
     n, d = x.shape
     num_x = top_idx.shape[1]
-    order, inverse, group_sizes = _sort_by_expert(top_idx, w_gate.shape[0])
-    xs = x[order // num_x]
+    flat_idx = top_idx.reshape(-1).astype(jnp.int32)
     if impl == "ragged":
-        ys = _ragged_ffn(xs, group_sizes, w_gate, w_up, w_down)
+        ys = _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x)
     else:
         block = block_size or default_block_size(n * num_x, w_gate.shape[0])
         if block < 1:
             raise ValueError(f"expert_ffn: block_size must be >= 1, got {block_size}")
-        ys = _block_ffn(xs, group_sizes, w_gate, w_up, w_down, int(block))
-    y = ys[inverse].reshape(n, num_x, d)
+        ys = _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x, int(block))
+    y = ys.reshape(n, num_x, d)
     return jnp.einsum("NXD,NX->ND", y, top_w.astype(jnp.float32)).astype(x.dtype)
