@@ -11,6 +11,7 @@ after at most `retries` further attempts for the transient ones (connection erro
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -18,6 +19,7 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 from searchjax.search.tool import MAX_RESULTS
@@ -85,12 +87,46 @@ class SearchHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, backend: SearchBackend, host: str = "127.0.0.1", port: int = DEFAULT_PORT):
         self.backend = backend
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__((host, port), _Handler)
+
+    def process_request(self, request, client_address):
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def server_close(self):
+        """Stop listening and cut every open keep-alive connection, as a stopped process would."""
+        super().server_close()
+        with self._open_lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self._open.clear()
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
+
+
+@contextlib.contextmanager
+def serving_in_background(server: ThreadingHTTPServer, poll_interval: float = 0.05) -> Iterator:
+    """Serve `server` on a daemon thread for the duration of a with-block; always shut down and closed."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 def serve_search(index_dir: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
