@@ -1,0 +1,73 @@
+"""group_advantages (RECIPE.md §2): hand-computed, masks, G = 1, invariances; with and without jit."""
+
+import chex
+import hypothesis.extra.numpy as hnp
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from searchjax.losses import group_advantages
+
+_adv_jit = jax.jit(group_advantages, static_argnames=("normalize_std", "eps"))
+
+
+class HandComputedTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_by_hand(self):
+        rewards = jnp.array([[1.0, 0.0, 0.5, 0.5], [2.0, 2.0, 2.0, 2.0]])
+        out = self.variant(group_advantages)(rewards)
+        # group 0: mean 0.5, population std sqrt((0.25 + 0.25) / 4) = sqrt(0.125)
+        std = np.sqrt(0.125)
+        np.testing.assert_allclose(out[0], np.array([0.5, -0.5, 0.0, 0.0]) / (std + 1e-6), rtol=1e-6)
+        np.testing.assert_array_equal(out[1], 0.0)  # equal rewards -> 0, not NaN
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_no_std_ablation_and_mask(self):
+        rewards = jnp.array([[1.0, 0.0, 7.0]])
+        mask = jnp.array([[True, True, False]])
+        fn = self.variant(lambda r, m: group_advantages(r, m, normalize_std=False))
+        np.testing.assert_allclose(fn(rewards, mask)[0], [0.5, -0.5, 0.0], rtol=1e-6)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_single_rollout_groups_and_empty_groups(self):
+        out = self.variant(group_advantages)(jnp.array([[3.0], [-1.0]]), jnp.array([[True], [False]]))
+        np.testing.assert_array_equal(out, [[0.0], [0.0]])
+
+
+rewards_st = hnp.arrays(np.float32, (3, 5), elements=st.floats(-2, 2, width=32))
+masks_st = hnp.arrays(bool, (3, 5))
+
+
+@pytest.mark.parametrize("use_jit", [False, True])
+@settings(max_examples=30, deadline=None)
+@given(rewards=rewards_st, mask=masks_st, seed=st.integers(0, 1000), normalize=st.booleans())
+def test_invariances(use_jit, rewards, mask, seed, normalize):
+    fn = _adv_jit if use_jit else group_advantages
+    out = np.asarray(fn(rewards, mask, normalize_std=normalize))
+    chex.assert_tree_all_finite(out)
+    assert np.all(out[~mask] == 0.0)
+    for g in range(3):  # zero mean over the valid rollouts of each group
+        if mask[g].any():
+            assert abs(out[g][mask[g]].mean()) < 1e-4
+    perm = np.random.default_rng(seed).permutation(5)
+    np.testing.assert_allclose(fn(rewards[:, perm], mask[:, perm], normalize_std=normalize), out[:, perm],
+                               rtol=1e-5, atol=1e-5)
+    padded = fn(np.pad(rewards, ((0, 1), (0, 2)), constant_values=9.0), np.pad(mask, ((0, 1), (0, 2))),
+                normalize_std=normalize)
+    np.testing.assert_allclose(np.asarray(padded)[:3, :5], out, rtol=1e-6)
+    # Shift invariance, and scale invariance when normalising (the std absorbs the scale).
+    np.testing.assert_allclose(fn(rewards + 5.0, mask, normalize_std=normalize), out, atol=1e-4)
+    if normalize:
+        scaled = np.asarray(fn(rewards * 3.0, mask, normalize_std=True))
+        big = np.array([np.ptp(rewards[g][mask[g]]) > 0.1 if mask[g].any() else False for g in range(3)])
+        np.testing.assert_allclose(scaled[big], out[big], rtol=1e-3, atol=1e-3)
+
+
+def test_bad_shape_raises():
+    with pytest.raises(ValueError, match=r"\[N, G\]"):
+        group_advantages(jnp.zeros(4))
+    with pytest.raises(ValueError, match="mask shape"):
+        group_advantages(jnp.zeros((2, 2)), jnp.ones((2, 3), bool))
