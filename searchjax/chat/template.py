@@ -193,6 +193,9 @@ def render_segments(
     """The rendered conversation as segments (see module docstring); ``"".join`` gives `render`'s text."""
     if not messages:
         raise ChatTemplateError(NO_MESSAGES)
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ChatTemplateError(f"messages[{index}] must be a dict with 'role', got {type(message).__name__}")
     segments: list[Segment] = []
     if tools:
         segments.append(Segment(_tools_system(tools, messages)))

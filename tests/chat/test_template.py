@@ -197,6 +197,7 @@ def test_list_content_with_text_and_images():
          "System message must be at the beginning."),
         ([{"role": "user", "content": "q"}, {"role": "critic", "content": "s"}], "unexpected message role 'critic'"),
         ([{"role": "user", "content": 3}], "messages[0].content: unexpected content type int"),
+        ([{"role": "user", "content": "q"}, "hi"], "messages[1] must be a dict with 'role', got str"),
         ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "",
           "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]}],
          "messages[1].tool_calls[0]: arguments are not valid JSON"),
