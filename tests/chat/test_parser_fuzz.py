@@ -64,6 +64,7 @@ def assert_well_formed(turn: ParsedTurn) -> None:
 random_outputs = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6)), max_size=30).map("".join)
 
 
+@pytest.mark.slow  # ~7 s
 @settings(max_examples=3000, deadline=None)
 @given(random_outputs)
 def test_random_outputs_never_raise(text):
@@ -93,6 +94,7 @@ def mutated_outputs(draw):
     return text
 
 
+@pytest.mark.slow  # ~7 s
 @settings(max_examples=3000, deadline=None)
 @given(mutated_outputs())
 def test_mutated_outputs_never_raise(text):
