@@ -18,3 +18,29 @@ def tokenizer(tmp_path_factory):
     corpus = d / "corpus.txt"
     corpus.write_text("\n".join(lines * 3))
     return train_tokenizer([str(corpus)], vocab_size=1200, out=d / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    """A small offline world (≈3,000 documents) with its tantivy index, built once per session."""
+    from searchjax.search import build_index
+    from searchjax.search.world import build_world
+
+    d = tmp_path_factory.mktemp("world")
+    build_world(d, seed=0, n_docs=3000, n_real_cities=50, progress=False)
+    build_index(d / "corpus.jsonl", d / "index")
+    return d
+
+
+@pytest.fixture(scope="session")
+def kb(world):
+    from searchjax.search.world import KnowledgeBase
+
+    return KnowledgeBase.load(world)
+
+
+@pytest.fixture(scope="session")
+def backend(world):
+    from searchjax.search import TantivyBackend
+
+    return TantivyBackend(world / "index")
