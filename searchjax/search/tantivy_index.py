@@ -82,7 +82,7 @@ class TantivyBackend:
             [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "text", t)) for t in terms]
         )
         try:
-            hits = self._searcher.search(q, limit=k).hits
+            hits = self._searcher.search(q, limit=k, count=False).hits  # counting would score every match
             snippets = tantivy.SnippetGenerator.create(self._searcher, q, self._schema, "text")
             snippets.set_max_num_chars(SNIPPET_MAX_CHARS)
             out = []

@@ -20,6 +20,10 @@ from searchjax.data.jsonl import iter_jsonl
 _TOKEN_RE = re.compile(r"[^\W_]+")
 _MAX_TOKEN_BYTES = 40  # tantivy's RemoveLongFilter limit in its default analyser
 CORPUS_FIELDS = ("title", "url", "text")
+STOP_WORDS = frozenset(
+    "a an and are as at be by for from has have in is it its of on or that the to was were what when where "
+    "which who whom whose why with".split()
+)
 
 
 class SearchError(Exception):
@@ -50,8 +54,14 @@ def tokenize(text: str) -> list[str]:
 
 
 def query_terms(query: str) -> list[str]:
-    """Distinct terms of a query in first-occurrence order: what a backend scores against."""
-    return list(dict.fromkeys(tokenize(query)))
+    """Distinct terms of a query in first-occurrence order, stop words dropped: what a backend scores.
+
+    Stop words carry almost no BM25 weight (their IDF is near 0) yet match most documents, so scoring them
+    costs most of a query's time; they are kept only when the query has nothing else.
+    """
+    terms = list(dict.fromkeys(tokenize(query)))
+    content = [t for t in terms if t not in STOP_WORDS]
+    return content or terms
 
 
 def check_k(k: int) -> int:

@@ -99,3 +99,20 @@ def test_memory_backend_scoring_and_snippets():
 def test_memory_backend_never_raises(query):
     docs = [{"title": "Alpha", "url": "u0", "text": "apples and pears ñandú 😀"}]
     assert len(MemoryBackend(docs).search(query, 3)) <= 1
+
+
+def test_stop_words_are_dropped_unless_nothing_else_is_left():
+    from searchjax.search.types import query_terms
+
+    assert query_terms("The birthplace of Ludev Zaereitan, the poet") == ["birthplace", "ludev", "zaereitan", "poet"]
+    assert query_terms("who was the") == ["who", "was", "the"]
+    docs = [{"title": "A", "url": "u0", "text": "the of the of"}, {"title": "B", "url": "u1", "text": "poet"}]
+    assert [r.url for r in MemoryBackend(docs).search("the poet")] == ["u1"]
+    assert [r.url for r in MemoryBackend(docs).search("of the")] == ["u0"]
+
+
+def test_bm25_ranks_the_rare_name_above_the_common_relation_word(kb, tantivy_backend):
+    for entity in kb.by_type("person")[:20]:
+        query = f"the birthplace of {entity.name}"
+        own = {kb.document(d)["url"] for d in entity.doc_ids}
+        assert tantivy_backend.search(query)[0].url in own, query

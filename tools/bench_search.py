@@ -1,0 +1,133 @@
+"""Benchmark the search backends on a generated world: queries/s and first-hop recall@10.
+
+Side by side in one run:
+- embedded TantivyBackend (BM25 + snippets + stored fields) vs the bare tantivy top-10 search on the same
+  index and queries (the machine's own ceiling for this index): queries/s and their ratio;
+- the HTTP service (a separate process on loopback) vs the embedded backend: queries/s and their ratio;
+- recall@10 of the first-hop document: for a relation r sampled from the KB, the query is the phrase that
+  names r's far side through its subject (KnowledgeBase.describe_object, e.g. "the birthplace of Ludev
+  Zaereitan"), and a hit is any of the top 10 urls among the documents that state r. The in-memory
+  backend's recall on the same queries is the reference.
+
+    python tools/bench_search.py --docs 100000 --queries 2000 --work /tmp/searchjax_bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import portpicker
+import tantivy
+
+from searchjax.search import HttpBackend, KnowledgeBase, MemoryBackend, TantivyBackend, build_index, build_world
+from searchjax.search.types import iter_corpus, query_terms
+
+TARGETS = {"tantivy_qps": 2000.0, "http_qps": 500.0, "recall_at_10": 0.9}
+
+
+def first_hop_queries(kb: KnowledgeBase, n: int, seed: int) -> list[tuple[str, set[str]]]:
+    """(query, urls of the documents stating the relation) for n relations sampled from the KB."""
+    rng = random.Random(seed)
+    rels = rng.sample(kb.relations, min(n, len(kb.relations)))
+    return [(kb.describe_object(r), {kb.document(d)["url"] for d in r.doc_ids}) for r in rels]
+
+
+def qps(search, queries: list[str]) -> float:
+    start = time.perf_counter()
+    for q in queries:
+        search(q)
+    return len(queries) / (time.perf_counter() - start)
+
+
+def bare_tantivy(index_dir: Path):
+    """Top-10 BM25 hits only: no stored-field reads, no snippets (the same term-disjunction query)."""
+    index = tantivy.Index.open(str(index_dir))
+    searcher, schema = index.searcher(), index.schema
+
+    def search(query: str):
+        terms = query_terms(query)
+        q = tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", t))
+                                         for t in terms])
+        return searcher.search(q, limit=10, count=False).hits
+
+    return search
+
+
+def recall(search, labelled: list[tuple[str, set[str]]]) -> float:
+    return sum(bool({r.url for r in search(q, 10)} & urls) for q, urls in labelled) / len(labelled)
+
+
+def http_service(index_dir: Path):
+    """Start `serve_search` in a child process; returns (process, url) once /health answers."""
+    port = portpicker.pick_unused_port()
+    code = f"from searchjax.search import serve_search; serve_search({str(index_dir)!r}, port={port})"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("search service did not come up")
+
+
+def prepare(work: Path, n_docs: int, seed: int) -> tuple[Path, Path]:
+    world, index = work / f"world_{n_docs}_{seed}", work / f"index_{n_docs}_{seed}"
+    if not (world / "kb.jsonl").exists():
+        t = time.perf_counter()
+        m = build_world(world, seed=seed, n_docs=n_docs)
+        print(f"world: {m['num_docs']} docs, {m['num_entities']} entities in {time.perf_counter() - t:.1f} s")
+    if not index.exists():
+        t = time.perf_counter()
+        build_index(world / "corpus.jsonl", index)
+        print(f"index built in {time.perf_counter() - t:.1f} s")
+    return world, index
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=2000)
+    ap.add_argument("--memory-queries", type=int, default=100, help="queries for the slow in-memory reference")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/searchjax_bench"))
+    args = ap.parse_args(argv)
+    world, index = prepare(args.work, args.docs, args.seed)
+    kb = KnowledgeBase.load(world)
+    labelled = first_hop_queries(kb, args.queries, args.seed)
+    queries = [q for q, _ in labelled]
+    backend = TantivyBackend(index)
+    out = {"num_docs": backend.num_docs, "queries": len(queries)}
+    backend.search(queries[0])  # warm the page cache
+    out["tantivy_qps"] = qps(backend.search, queries)
+    out["bare_tantivy_qps"] = qps(bare_tantivy(index), queries)
+    out["tantivy_vs_bare"] = out["tantivy_qps"] / out["bare_tantivy_qps"]
+    proc, url = http_service(index)
+    try:
+        out["http_qps"] = qps(HttpBackend(url, timeout_s=5.0).search, queries)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    out["http_vs_tantivy"] = out["http_qps"] / out["tantivy_qps"]
+    out["recall_at_10"] = recall(backend.search, labelled)
+    sub = labelled[: args.memory_queries]
+    memory = MemoryBackend(iter_corpus(world / "corpus.jsonl"))
+    out["recall_at_10_memory_ref"] = recall(memory.search, sub)
+    out["recall_at_10_same_subset"] = recall(backend.search, sub)
+    for key, target in TARGETS.items():
+        out[f"{key}_vs_target"] = out[key] / target
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
