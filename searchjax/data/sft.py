@@ -1,0 +1,195 @@
+"""SFT warm-up data (RECIPE.md §1): production-format tool-use trajectories and preference-style examples.
+
+Record schema (one JSONL object):
+  id        str
+  kind      "sft"
+  category  "single_turn" | "two_turn" | "multi_turn" (tool-use trajectories), or "abstention", or a
+            preference-style category from the rubric data ("correct", "rewrite", "plan", "format", "translate")
+  messages  OpenAI-style conversation: a system turn (search_web budget), user turns, assistant turns with
+            `reasoning_content` and `tool_calls` [{type: "function", function: {name: "search_web",
+            arguments: {query}}}], tool turns with the search_web response text; the last turn is an assistant
+            answer. Rendered by `searchjax.chat`; the loss mask covers assistant tokens only.
+  sources   ids of the QA / rubric records the example was made from
+  split     "train" | "dev"
+
+Trajectories come from running the search-only solver as the expert over verified synthetic QA: each search is
+one assistant tool call and one tool response; the final answer follows the question's format instruction when
+it has one (formatting on request). Two-turn conversations add a follow-up about the answer entity that the
+expert answers with one more search (checked against the KB); multi-turn ones add a formatting request over
+both answers. Abstention examples ask about an entity that does not exist: the expert searches, finds no result
+that mentions it, and says so. Tone, clarity and language consistency come from the rubric prompts' references.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from searchjax.data.jsonl import require
+from searchjax.data.prompts import system_message
+from searchjax.data.questions import PIN_RELATIONS, Step, describe, mentions
+from searchjax.data.solvers import SearchSolver, SearchTrace, parse_results
+from searchjax.data.synth import FORMAT_INSTRUCTIONS
+from searchjax.search import SearchBackend, SearchTool
+from searchjax.search.world import KnowledgeBase
+
+TRAJECTORY_CATEGORIES = ("single_turn", "two_turn", "multi_turn")
+
+
+def tool_call_turn(thought: str, query: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": "", "reasoning_content": thought,
+            "tool_calls": [{"type": "function", "function": {"name": "search_web", "arguments": {"query": query}}}]}
+
+
+def searched_turns(trace: SearchTrace) -> list[dict[str, Any]]:
+    """One assistant tool call + one tool response per search the expert made."""
+    turns = []
+    for thought, query, response in trace.calls:
+        turns += [tool_call_turn(thought, query), {"role": "tool", "content": response}]
+    return turns
+
+
+def format_answer(answer: str, found: Sequence[str], fmt: str | None) -> str:
+    """The final answer, in the format the question asked for (plain sentence by default)."""
+    if fmt == "list":
+        return "\n".join(f"- {name}" for name in found[:-1]) + f"\n- **{answer}** (the answer)"
+    if fmt == "table":
+        rows = "\n".join(f"| {i + 1} | {name} |" for i, name in enumerate(found))
+        return f"| step | entity |\n|---|---|\n{rows}"
+    return f"The answer is {answer}."
+
+
+def question_format(question: str) -> str | None:
+    """Which format instruction (if any) the question ends with."""
+    for fmt, instruction in FORMAT_INSTRUCTIONS:
+        if question.endswith(instruction):
+            return fmt
+    return None
+
+
+def _final_turn(trace: SearchTrace, fmt: str | None) -> dict[str, Any]:
+    chain = " → ".join(trace.found)
+    return {"role": "assistant", "reasoning_content": f"The searches give the chain {chain}.",
+            "content": format_answer(trace.answer, trace.found, fmt)}
+
+
+class SFTBuilder:
+    """Runs the search-only expert over QA records and writes SFT examples (see the module docstring)."""
+
+    def __init__(self, kb: KnowledgeBase, backend: SearchBackend, *, tool_budget: int = 5, seed: int = 0):
+        self.kb, self.backend, self.tool_budget = kb, backend, tool_budget
+        self.expert = SearchSolver(backend, max_calls=tool_budget)
+        self.rng = random.Random(seed)
+        self.summary: Counter = Counter()
+
+    def _solve(self, record: dict[str, Any]) -> SearchTrace | None:
+        fmt = question_format(record["question"])
+        base = record["question"][: -len(dict(FORMAT_INSTRUCTIONS)[fmt]) - 1] if fmt else record["question"]
+        trace = self.expert.solve(base)
+        if trace.answer is None or trace.answer.casefold() != record["answer"].casefold():
+            self.summary["rejected:expert_failed"] += 1
+            return None
+        return trace
+
+    def _follow_up(self, record: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str] | None:
+        """A question about a literal fact of the answer entity, answered with one search (KB-checked)."""
+        rels = [r for r in self.kb.relations_from(record["seed"]) if r.relation in PIN_RELATIONS]
+        if not rels:
+            return None
+        rel = self.rng.choice(rels)
+        name = record["answer"]
+        question = f"What is {describe(rel.relation, 'o', name)}?"
+        trace = SearchTrace(found=[name])
+        value = self.expert._step(SearchTool(self.backend, self.tool_budget), Step(rel.relation, "o"), name, trace)
+        if value != rel.value:
+            return None
+        return question, searched_turns(trace), f"{describe(rel.relation, 'o', name).capitalize()} is {value}."
+
+    def trajectory(self, record: dict[str, Any], category: str) -> dict[str, Any] | None:
+        """A single-, two- or multi-turn tool-use example for one verified QA record (None when it fails)."""
+        trace = self._solve(record)
+        if trace is None:
+            return None
+        messages = [system_message(self.tool_budget), {"role": "user", "content": record["question"]},
+                    *searched_turns(trace), _final_turn(trace, question_format(record["question"]))]
+        if category != "single_turn":
+            follow = self._follow_up(record)
+            if follow is None:
+                self.summary["rejected:no_follow_up"] += 1
+                return None
+            question, turns, answer = follow
+            messages += [{"role": "user", "content": question}, *turns, {"role": "assistant", "content": answer}]
+            if category == "multi_turn":
+                table = (f"| question | answer |\n|---|---|\n| 1 | {trace.answer} |\n| 2 | "
+                         f"{answer.rsplit(' is ', 1)[1].rstrip('.')} |")
+                messages += [{"role": "user", "content": "Put both answers in a table."},
+                             {"role": "assistant", "content": table}]
+        return {"id": f"sft-{category}-{record['id']}", "kind": "sft", "category": category,
+                "messages": messages, "sources": [record["id"]], "split": record["split"]}
+
+    def abstention(self, index: int, split: str = "train") -> dict[str, Any] | None:
+        """A question about an entity that does not exist; the expert searches and declines to guess."""
+        name = _fake_name(self.rng)
+        if self.kb.by_name(name):
+            return None
+        relation = self.rng.choice(("founded_year", "born_year", "published_year", "population"))
+        phrase = describe(relation, "o", name)
+        tool = SearchTool(self.backend, self.tool_budget)
+        query = phrase.removeprefix("the ")
+        result = tool.call({"query": query})
+        if any(mentions(snippet + " " + title, name) for title, _, snippet in parse_results(result.text)):
+            return None
+        messages = [system_message(self.tool_budget), {"role": "user", "content": f"What is {phrase}?"},
+                    tool_call_turn(f"I need {phrase}, so I will search for it.", query),
+                    {"role": "tool", "content": result.text},
+                    {"role": "assistant", "reasoning_content": f"No result mentions {name}.",
+                     "content": f"I searched for {name} but found no reliable source that mentions it, so I "
+                                f"cannot tell you {phrase}."}]
+        return {"id": f"sft-abstention-{index:06d}", "kind": "sft", "category": "abstention",
+                "messages": messages, "sources": [], "split": split}
+
+    def build(self, qa_records: Sequence[dict[str, Any]], rubric_records: Sequence[dict[str, Any]] = (),
+              n_abstention: int = 0) -> Iterator[dict[str, Any]]:
+        """Trajectories over `qa_records` (categories cycle), abstentions, and rubric-reference examples."""
+        for i, record in enumerate(qa_records):
+            example = self.trajectory(record, TRAJECTORY_CATEGORIES[i % 3])
+            if example is not None:
+                self.summary[f"kept:{example['category']}"] += 1
+                yield example
+        made = attempts = 0
+        while made < n_abstention and attempts < 20 * n_abstention:
+            attempts += 1
+            example = self.abstention(made)
+            if example is not None:
+                made += 1
+                self.summary["kept:abstention"] += 1
+                yield example
+        for r in rubric_records:
+            self.summary[f"kept:{r['category']}"] += 1
+            yield preference_example(r, self.tool_budget)
+
+
+def preference_example(rubric_record: dict[str, Any], tool_budget: int) -> dict[str, Any]:
+    """A preference-style SFT example: the rubric prompt answered by its reference (tone, language, format)."""
+    messages = [system_message(tool_budget), *rubric_record["messages"],
+                {"role": "assistant", "content": rubric_record["reference"]}]
+    return {"id": f"sft-{rubric_record['id']}", "kind": "sft", "category": rubric_record["category"],
+            "messages": messages, "sources": [rubric_record["id"]], "split": rubric_record["split"]}
+
+
+_SYLLABLES = ("zor", "vel", "quin", "brax", "tul", "mey", "dro", "fen", "kas", "lor", "nix", "pav", "ryo", "sem")
+
+
+def _fake_name(rng: random.Random) -> str:
+    word = lambda: "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()  # noqa: E731
+    return f"{word()} {word()}"
+
+
+def validate_sft_record(row: dict[str, Any]) -> None:
+    """Schema check of one SFT row."""
+    for field, kind in (("id", str), ("category", str), ("messages", list), ("sources", list), ("split", str)):
+        require(row, field, kind)
+    if row["messages"][-1].get("role") != "assistant":
+        raise ValueError("field 'messages': the last turn must be an assistant answer")

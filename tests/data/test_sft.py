@@ -1,0 +1,85 @@
+"""SFT data: expert trajectories (single/two/multi-turn), abstention, preference examples; masks and pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from searchjax.chat import encode_conversation, parse_assistant, render
+from searchjax.config import configs_dir, load_yaml
+from searchjax.data.jsonl import write_jsonl
+from searchjax.data.pipeline import PipelineConfig, build_dataset
+from searchjax.data.rubric_data import generate_rubric_records
+from searchjax.data.sft import SFTBuilder, validate_sft_record
+from searchjax.data.solvers import SearchSolver
+from searchjax.data.synth import QAGenerator, SynthConfig
+from searchjax.search import SEARCH_WEB_TOOL
+
+
+@pytest.fixture(scope="module")
+def sft_records(kb, backend):
+    qa = list(QAGenerator(kb, SearchSolver(backend), SynthConfig(n=24, seed=5, augment_fraction=0.5)).generate())
+    builder = SFTBuilder(kb, backend, seed=0)
+    records = list(builder.build(qa, generate_rubric_records(10, seed=2), n_abstention=4))
+    return records, builder.summary
+
+
+def test_categories_and_schema(sft_records):
+    records, summary = sft_records
+    cats = Counter(r["category"] for r in records)
+    for c in ("single_turn", "two_turn", "multi_turn", "abstention", "correct", "translate"):
+        assert cats[c] > 0, cats
+    for r in records:
+        validate_sft_record(r)
+        render(r["messages"], [SEARCH_WEB_TOOL], add_generation_prompt=False)  # renders in production format
+    assert sum(v for k, v in summary.items() if k.startswith("kept:")) == len(records)
+    turns = {c: max(sum(m["role"] == "user" for m in r["messages"]) for r in records if r["category"] == c)
+             for c in ("single_turn", "two_turn", "multi_turn")}
+    assert turns == {"single_turn": 1, "two_turn": 2, "multi_turn": 3}
+
+
+def test_tool_calls_round_trip_through_the_parser(sft_records):
+    for r in sft_records[0]:
+        for m in r["messages"]:
+            if m.get("tool_calls"):
+                text = render([{"role": "user", "content": "q"}, m], [SEARCH_WEB_TOOL], add_generation_prompt=False)
+                turn = text.split("<|im_start|>assistant\n", 1)[1].split("<|im_end|>", 1)[0]
+                parsed_text = turn.removeprefix("<think>\n")  # the generation prompt opens the thinking block
+                parsed = parse_assistant(parsed_text, [SEARCH_WEB_TOOL])
+                assert not parsed.errors and parsed.tool_calls[0].arguments == m["tool_calls"][0]["function"]["arguments"]
+
+
+def test_abstention_declines(sft_records):
+    for r in sft_records[0]:
+        if r["category"] == "abstention":
+            assert "found no reliable source" in r["messages"][-1]["content"]
+            assert r["messages"][2]["tool_calls"] and r["messages"][3]["role"] == "tool"
+
+
+def test_loss_mask_on_assistant_tokens_only(sft_records, tokenizer):
+    r = next(x for x in sft_records[0] if x["category"] == "two_turn")
+    ids, mask = encode_conversation(r["messages"], tokenizer, [SEARCH_WEB_TOOL])
+    learned = tokenizer.decode(ids[mask == 1].tolist())
+    assert "Search results for" not in learned and r["messages"][1]["content"] not in learned
+    assert r["messages"][-1]["content"] in learned and "<tool_call>" in learned
+
+
+def test_sft_mix_pipeline(sft_records, tokenizer, tmp_path):
+    records = sft_records[0]
+    traj = [r for r in records if r["category"] in ("single_turn", "two_turn", "multi_turn")]
+    pref = [r for r in records if r not in traj]
+    write_jsonl(tmp_path / "t.jsonl", traj)
+    write_jsonl(tmp_path / "p.jsonl", pref)
+    cfg = load_yaml(PipelineConfig, configs_dir() / "data" / "sft_mix.yaml")
+    cfg = dataclasses.replace(cfg, batch_size=4, sources=(
+        dataclasses.replace(cfg.sources[0], path=str(tmp_path / "t.jsonl")),
+        dataclasses.replace(cfg.sources[1], path=str(tmp_path / "p.jsonl"))))
+    batch = build_dataset(cfg, tokenizer, process_index=0, process_count=1)[0]
+    assert batch["input_ids"].shape == (4, cfg.max_len)
+    assert (batch["loss_mask"].sum(axis=1) > 0).all()
+    for row, mask, n in zip(batch["input_ids"], batch["loss_mask"], batch["lengths"]):
+        assert not mask[n:].any() and (row[n:] == tokenizer.special.pad).all()
+    np.testing.assert_array_equal(batch["source"] >= 0, True)
