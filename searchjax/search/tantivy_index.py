@@ -1,7 +1,11 @@
 """The embedded default backend: a tantivy index on disk built from a JSONL corpus (title, url, text).
 
 Ranking is tantivy's BM25 over the body field `text`; snippets come from tantivy's SnippetGenerator on the
-same field. Queries are never handed to tantivy's query parser: the query is tokenized exactly as the body
+same field. The index directory holds the tantivy index (the body indexed with positions, not stored, and a
+fast field `row`) and DIR/docs.jsonl, the documents' [title, url, text] by row, which the backend keeps in
+memory: reading 10 documents from tantivy's compressed store cost twice the search itself, so the
+backend's memory grows with the corpus (about 1.5x the corpus text); larger corpora are served by one
+`serve-search` process. Queries are never handed to tantivy's query parser: the query is tokenized exactly as the body
 was (types.tokenize) and becomes a disjunction of term queries, so query-syntax characters (`:`, `"`, `(`,
 `^`, `~`, `*`, `AND`, ...) are ordinary text and can never raise.
 """
@@ -19,6 +23,7 @@ from searchjax.search.types import SearchError, SearchResult, check_k, iter_corp
 
 SNIPPET_MAX_CHARS = 200
 _META_FILE = "searchjax_index.json"
+_DOCS_FILE = "docs.jsonl"
 # One indexing thread keeps document order, hence tie-breaking between equal BM25 scores, deterministic.
 _WRITER_THREADS = 1
 _WRITER_HEAP = 256_000_000
@@ -26,9 +31,8 @@ _WRITER_HEAP = 256_000_000
 
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
-    builder.add_text_field("title", stored=True)
-    builder.add_text_field("url", stored=True, tokenizer_name="raw")
-    builder.add_text_field("text", stored=True, index_option="position")
+    builder.add_text_field("text", stored=False, index_option="position")
+    builder.add_unsigned_field("row", fast=True)
     return builder.build()
 
 
@@ -46,13 +50,23 @@ def build_index(corpus_jsonl: str | Path, out_dir: str | Path, progress: bool = 
     index = tantivy.Index(_schema(), path=str(out_dir))
     writer = index.writer(heap_size=_WRITER_HEAP, num_threads=_WRITER_THREADS)
     n = 0
-    for doc in tqdm(iter_corpus(corpus_jsonl), desc="index", unit="doc", disable=not progress):
-        writer.add_document(tantivy.Document(title=doc["title"], url=doc["url"], text=doc["text"]))
-        n += 1
+    with (out_dir / _DOCS_FILE).open("w", encoding="utf-8") as rows:
+        for doc in tqdm(iter_corpus(corpus_jsonl), desc="index", unit="doc", disable=not progress):
+            entry = tantivy.Document(text=doc["text"])
+            entry.add_unsigned("row", n)
+            writer.add_document(entry)
+            rows.write(json.dumps([doc["title"], doc["url"], doc["text"]], ensure_ascii=False) + "\n")
+            n += 1
     writer.commit()
     writer.wait_merging_threads()
     (out_dir / _META_FILE).write_text(json.dumps({"corpus": str(corpus_jsonl), "num_docs": n}) + "\n")
     return n
+
+
+def bm25_query(schema: tantivy.Schema, terms: list[str]) -> tantivy.Query:
+    """The disjunction of the body's term queries: BM25 sums the matched terms' scores."""
+    return tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", t))
+                                        for t in terms])
 
 
 class TantivyBackend:
@@ -66,6 +80,11 @@ class TantivyBackend:
         self._index = tantivy.Index.open(str(index_dir))
         self._schema = self._index.schema
         self._searcher = self._index.searcher()
+        with (index_dir / _DOCS_FILE).open(encoding="utf-8") as f:
+            self._rows: list[tuple[str, str, str]] = [tuple(json.loads(line)) for line in f]
+        if len(self._rows) != self._searcher.num_docs:
+            raise SearchError(f"{index_dir}: {_DOCS_FILE} has {len(self._rows)} rows for "
+                              f"{self._searcher.num_docs} indexed documents; rebuild the index")
 
     @property
     def num_docs(self) -> int:
@@ -78,19 +97,18 @@ class TantivyBackend:
         terms = query_terms(query)
         if not terms:
             return []
-        q = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "text", t)) for t in terms]
-        )
+        q = bm25_query(self._schema, terms)
         try:
             hits = self._searcher.search(q, limit=k, count=False).hits  # counting would score every match
+            rows = self._searcher.fast_field_values("row", [address for _score, address in hits])
             snippets = tantivy.SnippetGenerator.create(self._searcher, q, self._schema, "text")
             snippets.set_max_num_chars(SNIPPET_MAX_CHARS)
-            out = []
-            for _score, address in hits:
-                doc = self._searcher.doc(address)
-                fragment = snippets.snippet_from_doc(doc).fragment()
-                text = fragment if fragment.strip() else doc.get_first("text")[:SNIPPET_MAX_CHARS]
-                out.append(SearchResult(doc.get_first("title"), doc.get_first("url"), " ".join(text.split())))
         except (ValueError, OSError, RuntimeError) as e:
             raise SearchError(f"tantivy search failed: {e}") from e
+        out = []
+        for row in rows:
+            title, url, text = self._rows[row]
+            fragment = snippets.snippet_from_doc(tantivy.Document(text=text)).fragment()
+            snippet = fragment if fragment.strip() else text[:SNIPPET_MAX_CHARS]
+            out.append(SearchResult(title, url, " ".join(snippet.split())))
         return out

@@ -62,7 +62,8 @@ def test_random_queries_never_raise(tantivy_backend, query):
 
 def test_build_index_checks_its_input(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"title": "t", "url": "u", "text": "ok"}) + "\n" + json.dumps({"title": "t", "url": 3}) + "\n")
+    rows = [{"title": "t", "url": "u", "text": "ok"}, {"title": "t", "url": 3}]
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match=r"bad.jsonl:2: field 'url' must be a string"):
         build_index(bad, tmp_path / "idx", progress=False)
     (tmp_path / "notanindex").mkdir()
@@ -75,7 +76,8 @@ def test_build_index_checks_its_input(tmp_path):
 
 def test_rebuild_replaces_an_index(tmp_path):
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text("\n".join(json.dumps({"title": f"T{i}", "url": f"u{i}", "text": f"w{i} common"}) for i in range(5)))
+    rows = [{"title": f"T{i}", "url": f"u{i}", "text": f"w{i} common"} for i in range(5)]
+    corpus.write_text("\n".join(json.dumps(r) for r in rows))
     assert build_index(corpus, tmp_path / "idx", progress=False) == 5
     assert build_index(corpus, tmp_path / "idx", progress=False) == 5
     assert TantivyBackend(tmp_path / "idx").num_docs == 5
@@ -116,3 +118,13 @@ def test_bm25_ranks_the_rare_name_above_the_common_relation_word(kb, tantivy_bac
         query = f"the birthplace of {entity.name}"
         own = {kb.document(d)["url"] for d in entity.doc_ids}
         assert tantivy_backend.search(query)[0].url in own, query
+
+
+def test_index_with_missing_rows_is_refused(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(json.dumps({"title": f"T{i}", "url": f"u{i}", "text": f"w{i}"}) for i in range(3)))
+    build_index(corpus, tmp_path / "idx", progress=False)
+    rows = (tmp_path / "idx" / "docs.jsonl").read_text().splitlines()
+    (tmp_path / "idx" / "docs.jsonl").write_text("\n".join(rows[:2]) + "\n")
+    with pytest.raises(SearchError, match="2 rows for 3 indexed documents"):
+        TantivyBackend(tmp_path / "idx")

@@ -128,7 +128,8 @@ def _works_and_events(draft: WorldDraft, counts: dict[str, int], rate: float) ->
         author = _adult_person(draft, LATEST_YEAR)
         draft.relate(author, "wrote", book)
         draft.relate(book, "published_by", _shared_or(draft, like, "published_by", lambda: rng.choice(publishers)))
-        draft.relate(book, "published_year", value=min(LATEST_YEAR, author["attrs"]["born_year"] + rng.randint(20, 70)))
+        year = min(LATEST_YEAR, author["attrs"]["born_year"] + rng.randint(20, 70))
+        draft.relate(book, "published_year", value=year)
         draft.relate(book, "genre", value=_shared_or(draft, like, "genre", lambda: rng.choice(GENRES)))
     for _ in range(counts["event"]):
         event, like = _named(draft, "event", rate)
