@@ -38,9 +38,9 @@ def sft_loss(
     targets: jax.Array,
     loss_mask: jax.Array,
     *,
-    chunk: int = 256,
+    chunk: int = 4096,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """SFT loss from final hidden states [B, T, D] and the unembedding [D, V], with chunked log-probs.
+    """SFT loss from final hidden states [B, T, D] and the unembedding [V, D], with chunked log-probs.
 
     `targets` [B, T] are the next-token ids (inputs shifted left by one); `loss_mask` [B, T] marks the
     assistant tokens being predicted. See `sft_loss_from_logprobs` for the maths.

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import parameterized
 
 from searchjax.losses import token_logprobs, token_logprobs_from_logits
 
@@ -12,7 +13,7 @@ from searchjax.losses import token_logprobs, token_logprobs_from_logits
 def _inputs(seed, b=2, t=7, d=16, v=50, dtype=jnp.float32):
     k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
     hidden = jax.random.normal(k1, (b, t, d)).astype(dtype)
-    unembed = (jax.random.normal(k2, (d, v)) / 4).astype(dtype)
+    unembed = (jax.random.normal(k2, (v, d)) / 4).astype(dtype)
     targets = jax.random.randint(k3, (b, t), 0, v)
     return hidden, unembed, targets
 
@@ -20,10 +21,11 @@ def _inputs(seed, b=2, t=7, d=16, v=50, dtype=jnp.float32):
 class ChunkedTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_matches_log_softmax_for_any_chunk(self):
-        for seed, chunk in ((0, 1), (1, 3), (2, 5), (3, 14), (4, 64)):
-            hidden, unembed, targets = _inputs(seed)
+        # V = 50 with divisor chunks and chunk > V; V = 97 (prime) is padded to a multiple of the chunk.
+        for seed, v, chunk in ((0, 50, 1), (1, 50, 3), (2, 50, 7), (3, 50, 64), (4, 97, 16), (5, 97, 40)):
+            hidden, unembed, targets = _inputs(seed, v=v)
             got = self.variant(lambda h, w, y: token_logprobs(h, w, y, chunk=chunk))(hidden, unembed, targets)
-            logits = jnp.einsum("BTD,DV->BTV", hidden, unembed)
+            logits = jnp.einsum("BTD,VD->BTV", hidden, unembed)
             want = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), targets[..., None], -1)[..., 0]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(self.variant(token_logprobs_from_logits)(logits, targets), want,
@@ -31,15 +33,16 @@ class ChunkedTest(chex.TestCase):
             chex.assert_type(got, jnp.float32)
 
     @chex.variants(with_jit=True, without_jit=True)
-    def test_gradients_match_plain(self):
-        hidden, unembed, targets = _inputs(5)
+    @parameterized.parameters(50, 97)
+    def test_gradients_match_plain(self, v):
+        hidden, unembed, targets = _inputs(5, v=v)
         weights = jax.random.normal(jax.random.PRNGKey(9), targets.shape)
 
         def chunked(h, w):
-            return (token_logprobs(h, w, targets, chunk=4) * weights).sum()
+            return (token_logprobs(h, w, targets, chunk=16) * weights).sum()
 
         def plain(h, w):
-            return (token_logprobs_from_logits(jnp.einsum("BTD,DV->BTV", h, w), targets) * weights).sum()
+            return (token_logprobs_from_logits(jnp.einsum("BTD,VD->BTV", h, w), targets) * weights).sum()
 
         g_chunk = self.variant(jax.grad(chunked, argnums=(0, 1)))(hidden, unembed)
         g_plain = jax.grad(plain, argnums=(0, 1))(hidden, unembed)
@@ -51,7 +54,7 @@ class ChunkedTest(chex.TestCase):
         hidden, unembed, targets = _inputs(6, dtype=jnp.bfloat16)
         got = self.variant(lambda h, w, y: token_logprobs(h, w, y, chunk=4))(hidden, unembed, targets)
         chex.assert_type(got, jnp.float32)
-        logits = jnp.einsum("BTD,DV->BTV", hidden, unembed, preferred_element_type=jnp.float32)
+        logits = jnp.einsum("BTD,VD->BTV", hidden, unembed, preferred_element_type=jnp.float32)
         np.testing.assert_allclose(got, token_logprobs_from_logits(logits, targets), rtol=1e-5, atol=1e-5)
 
 
@@ -64,7 +67,7 @@ def test_never_materialises_full_float32_logits():
         return fn(h, w).sum()
 
     chunked = lambda h, w: token_logprobs(h, w, targets, chunk=chunk)
-    plain = lambda h, w: token_logprobs_from_logits(jnp.einsum("BTD,DV->BTV", h, w), targets)
+    plain = lambda h, w: token_logprobs_from_logits(jnp.einsum("BTD,VD->BTV", h, w), targets)
     temps = {}
     for name, fn in (("chunked", chunked), ("plain", plain)):
         grad = jax.jit(jax.grad(lambda h, w: loss(h, w, fn), argnums=(0, 1)))

@@ -32,9 +32,9 @@ class SftTest(chex.TestCase):
     def test_from_hidden_matches_plain_cross_entropy(self):
         k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
         hidden = jax.random.normal(k1, (2, 5, 8))
-        unembed = jax.random.normal(k2, (8, 30))
+        unembed = jax.random.normal(k2, (30, 8))
         targets = jax.random.randint(k3, (2, 5), 0, 30)
         mask = jnp.array([[0, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
         loss, _ = self.variant(lambda h, w: sft_loss(h, w, targets, mask, chunk=3))(hidden, unembed)
-        logp = token_logprobs_from_logits(hidden @ unembed, targets)
+        logp = token_logprobs_from_logits(hidden @ unembed.T, targets)
         np.testing.assert_allclose(loss, -np.asarray(logp)[np.asarray(mask)].mean(), rtol=1e-5)
