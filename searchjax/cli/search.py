@@ -20,7 +20,11 @@ def _world_build(args: argparse.Namespace) -> int:
 def _index_build(args: argparse.Namespace) -> int:
     from searchjax.search import build_index
 
-    n = build_index(args.corpus, args.out)
+    try:
+        n = build_index(args.corpus, args.out)
+    except (OSError, ValueError) as e:  # unreadable corpus, bad line (file:line), occupied output folder
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(f"indexed {n} documents into {args.out}")
     return 0
 
@@ -42,10 +46,14 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from searchjax.search import serve_search
+    from searchjax.search import SearchError, serve_search
 
     print(f"serving {args.index} on http://{args.host}:{args.port} (POST /search, GET /health)", flush=True)
-    serve_search(args.index, host=args.host, port=args.port)
+    try:
+        serve_search(args.index, host=args.host, port=args.port)
+    except (SearchError, OSError) as e:  # not an index, port taken
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
 
 import pytest
 
@@ -143,3 +144,37 @@ def test_cli_world_index_search(tmp_path, capsys):
     assert hits[0]["title"].startswith(name) or name in hits[0]["snippet"]
     assert run("search", "--index", tmp_path / "i", "AND", "(", ":") == 0
     assert run("search", "--index", tmp_path / "w", "x") == 1  # not an index: a clear error, no traceback
+    (tmp_path / "bad.jsonl").write_text('{"title": "t"}\n')
+    assert run("index", "build", "--corpus", tmp_path / "bad.jsonl", "--out", tmp_path / "i2") == 1
+    assert "bad.jsonl:1: field 'url'" in capsys.readouterr().err
+
+
+def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
+    import subprocess
+    import sys
+    import urllib.request
+
+    import portpicker
+
+    from searchjax.search import HttpBackend
+
+    port = portpicker.pick_unused_port()
+    code = ("import argparse, sys; from searchjax.cli import search; p = argparse.ArgumentParser(); "
+            "search.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+    proc = subprocess.Popen([sys.executable, "-c", code, "serve-search", "--index", str(index_dir), "--port",
+                             str(port)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.05)
+        hits = HttpBackend(f"http://127.0.0.1:{port}", timeout_s=5.0).search("capital of France")
+        assert hits and hits[0].title == "France"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    bad = subprocess.run([sys.executable, "-c", code, "serve-search", "--index", str(tmp_path), "--port",
+                          str(port)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "not a searchjax index" in bad.stderr
