@@ -92,7 +92,7 @@ def load_source(src: SourceConfig, on_error: str = "raise") -> tuple[list[dict[s
 
 
 class Encoder:
-    """Renders and tokenizes one record into a fixed-length example (see the module docstring)."""
+    """Renders, tokenizes, pads and stacks a batch of (source index, record) pairs (see the module docstring)."""
 
     def __init__(self, tokenizer: Tokenizer, cfg: PipelineConfig, tools: Sequence[Mapping[str, Any]] | None = None):
         self.tok, self.cfg = tokenizer, cfg
@@ -100,51 +100,59 @@ class Encoder:
         self.pad = tokenizer.special.pad
         self._head_cache: dict[str, list[int]] = {}
 
-    def prompt_ids(self, record: dict[str, Any]) -> list[int]:
-        """Token ids of the rendered RL prompt. The leading system/tools segment is the same for almost every
-        prompt, so its ids are cached; it ends with <|im_end|>\\n, a boundary no pre-token straddles."""
-        segments = render_segments(prompt_messages(record, self.cfg.tool_budget), self.tools,
-                                   add_generation_prompt=True, enable_thinking=self.cfg.enable_thinking)
-        head = segments[0].text
-        if head not in self._head_cache:
-            self._head_cache[head] = self.tok.encode(head)
-        return self._head_cache[head] + self.tok.encode("".join(s.text for s in segments[1:]))
+    def _head(self, system: dict[str, str]) -> list[int]:
+        """Ids of the system + tools segment, rendered and encoded once per distinct system turn."""
+        key = system["content"]
+        if key not in self._head_cache:
+            segments = render_segments([system, {"role": "user", "content": "."}], self.tools,
+                                       add_generation_prompt=False)
+            self._head_cache[key] = self.tok.encode(segments[0].text)
+        return self._head_cache[key]
+
+    def prompt_ids(self, records: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+        """Token ids of rendered RL prompts, the rest of each prompt encoded in one `encode_batch` call.
+
+        The system + tools segment is the same for almost every prompt and ends with <|im_end|>\\n, a boundary
+        no pre-token straddles, so it is encoded once; the rest (user turns + generation prompt) renders without
+        it exactly as inside the full conversation (a test checks ids == encode(render(...)))."""
+        heads, rests = [], []
+        for record in records:
+            system, *turns = prompt_messages(record, self.cfg.tool_budget)
+            rest = render_segments(turns, None, add_generation_prompt=True, enable_thinking=self.cfg.enable_thinking)
+            heads.append(self._head(system))
+            rests.append("".join(s.text for s in rest))
+        return [np.asarray(h + r, np.int32) for h, r in zip(heads, self.tok.encode_batch(rests))]
 
     def sft_ids(self, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         return encode_conversation(record["messages"], self.tok, self.tools,
                                    enable_thinking=self.cfg.enable_thinking)
 
-    def __call__(self, record: dict[str, Any], kind: Kind, source: int) -> dict[str, Any]:
-        if kind == "sft":
-            ids, mask = self.sft_ids(record)
-        else:
-            ids = np.asarray(self.prompt_ids(record), np.int32)
-            mask = np.zeros_like(ids)
-        return self._pad(ids, mask, record, source)
+    def __call__(self, pairs: Sequence[tuple[int, dict[str, Any]]], kinds: Sequence[Kind]) -> dict[str, Any]:
+        prompts = [i for i, (src, _) in enumerate(pairs) if kinds[src] != "sft"]
+        encoded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for i, ids in zip(prompts, self.prompt_ids([pairs[i][1] for i in prompts])):
+            encoded[i] = (ids, np.zeros_like(ids))
+        for i, (src, record) in enumerate(pairs):
+            if i not in encoded:
+                encoded[i] = self.sft_ids(record)
+        B, T = len(pairs), self.cfg.max_len
+        batch = {"input_ids": np.full((B, T), self.pad, np.int32), "loss_mask": np.zeros((B, T), np.int32),
+                 "lengths": np.zeros((B,), np.int32), "source": np.array([s for s, _ in pairs], np.int32),
+                 "records": tuple(r for _, r in pairs)}
+        for b, (_, record) in enumerate(pairs):
+            ids, mask = self._fit(*encoded[b], record)
+            batch["input_ids"][b, : len(ids)], batch["loss_mask"][b, : len(ids)] = ids, mask
+            batch["lengths"][b] = len(ids)
+        return batch
 
-    def _pad(self, ids: np.ndarray, mask: np.ndarray, record: dict[str, Any], source: int) -> dict[str, Any]:
+    def _fit(self, ids: np.ndarray, mask: np.ndarray, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         T = self.cfg.max_len
         if len(ids) > T:
             if self.cfg.overflow == "error":
                 raise DataError(f"record {record.get('id', '?')!r}: {len(ids)} tokens > max_len {T} "
                                 "(raise max_len or set overflow: truncate)")
             ids, mask = ids[:T], mask[:T]
-        out_ids = np.full((T,), self.pad, np.int32)
-        out_mask = np.zeros((T,), np.int32)
-        out_ids[: len(ids)], out_mask[: len(ids)] = ids, mask
-        return {"input_ids": out_ids, "loss_mask": out_mask, "length": np.int32(len(ids)),
-                "source": np.int32(source), "record": record}
-
-
-def collate(examples: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Stack examples into a batch; records stay a tuple of dicts."""
-    return {
-        "input_ids": np.stack([e["input_ids"] for e in examples]),
-        "loss_mask": np.stack([e["loss_mask"] for e in examples]),
-        "lengths": np.array([e["length"] for e in examples], np.int32),
-        "source": np.array([e["source"] for e in examples], np.int32),
-        "records": tuple(e["record"] for e in examples),
-    }
+        return ids, mask
 
 
 class EpochShuffle(grain.MapDataset):
@@ -221,8 +229,8 @@ def build_dataset(
     encoder = Encoder(tokenizer, cfg, tools)
     kinds = [s.kind for s in cfg.sources]
     mixed = mixed_records(cfg, records, process_index=process_index, process_count=process_count)
-    examples = mixed.map(lambda pair: encoder(pair[1], kinds[pair[0]], pair[0]))
-    return examples.batch(cfg.batch_size, drop_remainder=True, batch_fn=collate)
+    pairs = mixed.batch(cfg.batch_size, drop_remainder=True, batch_fn=list)
+    return pairs.map(lambda batch: encoder(batch, kinds))
 
 
 def make_iterator(cfg: PipelineConfig, tokenizer: Tokenizer, records=None, **kwargs) -> grain.DatasetIterator:

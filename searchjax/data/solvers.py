@@ -24,6 +24,11 @@ from searchjax.search.world import KnowledgeBase
 from searchjax.search.world.schema import RELATIONS
 
 
+def _cohort_ok(r, step: Step) -> bool:
+    """A step that names a cohort ("the summer 2007 cohort of …") only matches relations in that cohort."""
+    return not step.cohort or r.attrs.get("cohort", "") == step.cohort
+
+
 class KBSolver:
     """Answers parsed questions by set resolution in the knowledge base."""
 
@@ -48,10 +53,10 @@ class KBSolver:
             for y in current:
                 if step.unknown == "s":
                     rels = self.kb.relations_to(y, step.relation)
-                    nxt.update(r.subject for r in rels if r.attrs.get("cohort", "") == step.cohort)
+                    nxt.update(r.subject for r in rels if _cohort_ok(r, step))
                 else:
                     rels = self.kb.relations_from(y, step.relation)
-                    nxt.update(r.object for r in rels if r.attrs.get("cohort", "") == step.cohort)
+                    nxt.update(r.object for r in rels if _cohort_ok(r, step))
             current = nxt
         return current
 
@@ -111,25 +116,34 @@ def _statement_regexes(step: Step, known: str) -> list[re.Pattern]:
     return out
 
 
-def _registry_candidates(step: Step, known: str, snippet: str) -> list[str]:
-    m = _REGISTRY_RE.search(snippet)
-    if m is None:
-        return []
+def _registry_regex(step: Step, known: str) -> re.Pattern:
+    """'Label: value' lines of a registry page: the known side's line (unknown subject) or the unknown's value."""
     label = re.escape(RELATIONS[step.relation].label)
     tail = re.escape(f" ({step.cohort})") if step.cohort else ""
     if step.unknown == "s":
-        pattern = rf"(?:^|\s){label}: {re.escape(known)}{tail}(?=\s|$)"
-        return [m.group("n")] if re.search(pattern, snippet) else []
-    if m.group("n") != known:
-        return []
-    pattern = rf"(?:^|\s){label}: (?P<x>.+?){tail}(?= \(|\s(?:{_LABEL_ALT}): |\n|$)"
-    return [v.group("x") for v in re.finditer(pattern, snippet)]
+        return re.compile(rf"(?:^|\s){label}: {re.escape(known)}{tail}(?=\s|$)")
+    return re.compile(rf"(?:^|\s){label}: (?P<x>.+?){tail}(?= \(|\s(?:{_LABEL_ALT}): |\n|$)")
 
 
-def extract_candidates(step: Step, known: str, snippet: str) -> list[str]:
-    """Names on the unknown side of `step` that `snippet` states, given the known side's name or value."""
-    names = [m.group("x").strip() for rx in _statement_regexes(step, known) for m in rx.finditer(snippet)]
-    return names + _registry_candidates(step, known, snippet)
+class CandidateExtractor:
+    """Names on the unknown side of `step` that a snippet states, given the known side's name or value
+    (regexes compiled once per step)."""
+
+    def __init__(self, step: Step, known: str):
+        self.step, self.known = step, known
+        self.statements = _statement_regexes(step, known)
+        self.registry = _registry_regex(step, known)
+
+    def __call__(self, snippet: str) -> list[str]:
+        names = [m.group("x").strip() for rx in self.statements for m in rx.finditer(snippet)]
+        entry = _REGISTRY_RE.search(snippet)
+        if entry is None:
+            return names
+        if self.step.unknown == "s":
+            return names + ([entry.group("n")] if self.registry.search(snippet) else [])
+        if entry.group("n") != self.known:
+            return names
+        return names + [v.group("x") for v in self.registry.finditer(snippet)]
 
 
 class SearchSolver:
@@ -166,9 +180,9 @@ class SearchSolver:
         if not result.ok:
             trace.reason = f"tool_error:{result.error}"
             return None
-        votes = Counter()
+        votes, extract = Counter(), CandidateExtractor(step, known)
         for _, _, snippet in parse_results(result.text):
-            for name in set(extract_candidates(step, known, snippet)):
+            for name in set(extract(snippet)):
                 if name != known and name not in trace.found:
                     votes[name] += 1
         ranked = votes.most_common(2)

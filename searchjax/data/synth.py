@@ -5,7 +5,8 @@
    The seed is the answer entity e_0.
 2. Chain: from e_i follow a relation (either direction) to a new, distinct entity e_{i+1}, stated by ≥2
    documents, such that e_i is the only entity in that relation with e_{i+1} (so no link is ambiguous), for
-   h-1 links; then pin e_{h-1} by a literal relation whose value no other entity shares. Every statement
+   h-1 links; then pin e_{h-1} by a literal relation whose value no other entity shares. The walk is a
+   depth-first search in random order with a bounded number of expansions, so dead ends backtrack. Every statement
    mentions at most one chain entity besides a literal, so no single statement gives the answer away.
 3. Entity-free question: names replaced recursively by describing phrases (searchjax.data.questions); no name
    or alias of any chain entity may appear in it.
@@ -34,7 +35,7 @@ from tqdm import tqdm
 from searchjax.data.jsonl import require
 from searchjax.data.questions import PIN_RELATIONS, describe, mentions, write_question
 from searchjax.data.solvers import KBSolver, SearchSolver
-from searchjax.search.world import Entity, KnowledgeBase, Relation
+from searchjax.search.world import RELATIONS, Entity, KnowledgeBase, Relation
 
 RECORD_FIELDS = ("id", "question", "answer", "aliases", "hops", "chain", "seed", "verified_by", "split",
                  "augmented")
@@ -79,50 +80,68 @@ class Link:
 class Expander:
     """Builds chains from seeds (step 2 of the module docstring)."""
 
-    def __init__(self, kb: KnowledgeBase, kb_solver: KBSolver, min_docs: int = 2):
-        self.kb, self.kb_solver, self.min_docs = kb, kb_solver, min_docs
-        self.seeds = sorted((e for e in kb.confirmed(min_docs) if kb.relations_from(e.id)), key=lambda e: e.id)
+    def __init__(self, kb: KnowledgeBase, kb_solver: KBSolver, min_docs: int = 2, max_expansions: int = 40):
+        self.kb, self.kb_solver, self.min_docs, self.max_expansions = kb, kb_solver, min_docs, max_expansions
+        self._link_cache: dict[str, list[Link]] = {}
+        self._pin_cache: dict[str, list[Relation]] = {}
+        confirmed = sorted(kb.confirmed(min_docs), key=lambda e: e.id)
+        self.seeds = [e for e in confirmed if self._links(e.id)]  # a seed must start at least one link
         if not self.seeds:
-            raise ValueError(f"the knowledge base has no entity confirmed by {min_docs} documents")
+            raise ValueError(f"the knowledge base has no entity confirmed by {min_docs} documents with a link")
 
-    def _links(self, entity_id: str, visited: set[str]) -> list[Link]:
-        out = []
-        for r in self.kb.relations_from(entity_id):
-            if r.object and r.object not in visited and len(r.doc_ids) >= self.min_docs and \
-                    self._only(self.kb.relations_to(r.object, r.relation), r):
-                out.append(Link(entity_id, r, "s", r.object))
-        for r in self.kb.relations_to(entity_id):
-            if r.subject not in visited and len(r.doc_ids) >= self.min_docs and \
-                    self._only(self.kb.relations_from(r.subject, r.relation), r):
-                out.append(Link(entity_id, r, "o", r.subject))
-        return out
+    def _links(self, entity_id: str) -> list[Link]:
+        """Unambiguous links out of `entity_id` stated by >= min_docs documents (cached per entity)."""
+        if entity_id not in self._link_cache:
+            out = []
+            for r in self.kb.relations_from(entity_id):
+                if r.object and len(r.doc_ids) >= self.min_docs and \
+                        self._only(self.kb.relations_to(r.object, r.relation), r, "s"):
+                    out.append(Link(entity_id, r, "s", r.object))
+            for r in self.kb.relations_to(entity_id):
+                if len(r.doc_ids) >= self.min_docs and self._only(self.kb.relations_from(r.subject, r.relation), r, "o"):
+                    out.append(Link(entity_id, r, "o", r.subject))
+            self._link_cache[entity_id] = out
+        return self._link_cache[entity_id]
 
     @staticmethod
-    def _only(rels: list[Relation], r: Relation) -> bool:
+    def _only(rels: list[Relation], r: Relation, side: str) -> bool:
+        """Whether `r` is the only relation among `rels` that the describing phrase of `side` can mean (the
+        subject phrase of went_through names the cohort, the object phrase does not)."""
+        spec = RELATIONS[r.relation]
+        if "{c}" not in (spec.describe_subject if side == "s" else spec.describe_object):
+            return len(rels) == 1
         cohort = r.attrs.get("cohort", "")
         return sum(x.attrs.get("cohort", "") == cohort for x in rels) == 1
 
-    def _pin(self, entity_id: str, rng: random.Random) -> Link | None:
-        pins = [r for r in self.kb.relations_from(entity_id)
+    def _pins(self, entity_id: str) -> list[Relation]:
+        if entity_id not in self._pin_cache:
+            self._pin_cache[entity_id] = [
+                r for r in self.kb.relations_from(entity_id)
                 if r.relation in PIN_RELATIONS and len(r.doc_ids) >= self.min_docs
                 and len(self.kb_solver.holders(r.relation, r.value)) == 1]
-        return Link(entity_id, rng.choice(pins), "s", None) if pins else None
+        return self._pin_cache[entity_id]
+
+    def _walk(self, current: str, remaining: int, visited: frozenset[str], rng: random.Random,
+              budget: list[int]) -> list[Link] | None:
+        """Depth-first, in random order, with a budget of `budget[0]` expansions: the links to a pinned end."""
+        if remaining == 0:
+            pins = self._pins(current)
+            return [Link(current, rng.choice(pins), "s", None)] if pins else None
+        options = [x for x in self._links(current) if x.next_id not in visited]
+        rng.shuffle(options)
+        for link in options:
+            if budget[0] <= 0:
+                return None
+            budget[0] -= 1
+            rest = self._walk(link.next_id, remaining - 1, visited | {link.next_id}, rng, budget)
+            if rest is not None:
+                return [link, *rest]
+        return None
 
     def expand(self, seed: Entity, hops: int, rng: random.Random) -> tuple[list[Link] | None, str]:
-        """h-1 links from `seed` plus a literal pin, or (None, reason)."""
-        links, visited, current = [], {seed.id}, seed.id
-        for _ in range(hops - 1):
-            options = self._links(current, visited)
-            if not options:
-                return None, "dead_end"
-            link = rng.choice(options)
-            links.append(link)
-            visited.add(link.next_id)
-            current = link.next_id
-        pin = self._pin(current, rng)
-        if pin is None:
-            return None, "no_pin"
-        return links + [pin], ""
+        """h-1 distinct links from `seed` plus a literal pin, or (None, "no_chain")."""
+        links = self._walk(seed.id, hops - 1, frozenset({seed.id}), rng, [self.max_expansions])
+        return (links, "") if links is not None else (None, "no_chain")
 
 
 def chain_description(kb: KnowledgeBase, links: list[Link]) -> str:

@@ -111,3 +111,12 @@ def test_search_solver_only_uses_search_web(backend):
     tool = SearchTool(backend)
     results = parse_results(tool.call({"query": "capital"}).text)
     assert 1 <= len(results) <= 10 and all(url.startswith("https://") for _, url, _ in results)
+
+
+def test_shipped_synth_config_loads():
+    from searchjax.config import configs_dir, load_yaml
+
+    cfg = load_yaml(SynthConfig, configs_dir() / "data" / "synth_qa.yaml")
+    assert (cfg.min_hops, cfg.max_hops) == (2, 4) and cfg.search_max_calls == 5
+    with pytest.raises(ValueError, match="min_hops <= max_hops"):
+        SynthConfig(min_hops=3, max_hops=2)
