@@ -21,13 +21,21 @@ import random
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import portpicker
 import tantivy
 
-from searchjax.search import HttpBackend, KnowledgeBase, MemoryBackend, TantivyBackend, build_index, build_world
+from searchjax.search import (
+    HttpBackend,
+    KnowledgeBase,
+    MemoryBackend,
+    SearchError,
+    TantivyBackend,
+    build_index,
+    build_world,
+)
+from searchjax.search.http import wait_until_serving
 from searchjax.search.tantivy_index import bm25_query
 from searchjax.search.types import iter_corpus, query_terms
 
@@ -80,14 +88,12 @@ def http_service(index_dir: Path):
     code = f"from searchjax.search import serve_search; serve_search({str(index_dir)!r}, port={port})"
     proc = subprocess.Popen([sys.executable, "-c", code])
     url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1).read()
-            return proc, url
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("search service did not come up")
+    try:
+        wait_until_serving(url)
+    except SearchError:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def prepare(work: Path, n_docs: int, seed: int) -> tuple[Path, Path]:

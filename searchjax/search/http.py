@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,6 +166,21 @@ class _NoDelayConnection(http.client.HTTPConnection):
     def connect(self):
         super().connect()
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def wait_until_serving(url: str, timeout_s: float = 30.0) -> None:
+    """Poll GET url/health until it answers (a service starting in another process); SearchError after
+    `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1.0) as response:
+                response.read()
+            return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise SearchError(f"search service at {url} did not come up in {timeout_s} s: {e}") from None
+            time.sleep(0.05)
 
 
 class _Transient(Exception):

@@ -124,3 +124,14 @@ def test_server_rejects_bad_requests():
 def test_client_rejects_bad_urls():
     with pytest.raises(ValueError, match="http://HOST:PORT"):
         HttpBackend("localhost:80")
+
+
+def test_wait_until_serving_gives_up_on_a_dead_port():
+    import portpicker
+
+    from searchjax.search.http import wait_until_serving
+
+    start = time.monotonic()
+    with pytest.raises(SearchError, match="did not come up"):
+        wait_until_serving(f"http://127.0.0.1:{portpicker.pick_unused_port()}", timeout_s=0.3)
+    assert time.monotonic() - start < 3.0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
 
 import pytest
 
@@ -152,11 +151,10 @@ def test_cli_world_index_search(tmp_path, capsys):
 def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
     import subprocess
     import sys
-    import urllib.request
-
     import portpicker
 
     from searchjax.search import HttpBackend
+    from searchjax.search.http import wait_until_serving
 
     port = portpicker.pick_unused_port()
     code = ("import argparse, sys; from searchjax.cli import search; p = argparse.ArgumentParser(); "
@@ -164,12 +162,7 @@ def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", code, "serve-search", "--index", str(index_dir), "--port",
                              str(port)], stdout=subprocess.DEVNULL)
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_until_serving(f"http://127.0.0.1:{port}")
         hits = HttpBackend(f"http://127.0.0.1:{port}", timeout_s=5.0).search("capital of France")
         assert hits and hits[0].title == "France"
     finally:
