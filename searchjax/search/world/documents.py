@@ -16,7 +16,7 @@ import re
 from tqdm import tqdm
 
 from searchjax.search.world.draft import WorldDraft
-from searchjax.search.world.schema import RELATIONS, TYPE_NOUNS
+from searchjax.search.world.schema import RELATIONS, TYPE_NOUNS, article, template_fields
 
 MAX_BACKWARD = 8
 _HEADLINES = ("What we know about {n}", "{n} in the spotlight", "A closer look at {n}", "Five facts about {n}")
@@ -37,8 +37,8 @@ class _Facts:
 
     def fill(self, rel: dict) -> dict[str, str]:
         by_id = self.draft.by_id
-        return {"s": by_id[rel["subject"]]["name"], "o": by_id[rel["object"]]["name"] if rel["object"] else "",
-                "v": rel["value"] or "", "c": rel["attrs"].get("cohort", "")}
+        obj = by_id[rel["object"]]["name"] if rel["object"] else None
+        return template_fields(by_id[rel["subject"]]["name"], obj, rel["value"], rel["attrs"].get("cohort", ""))
 
     def sentence(self, rel: dict, rng: random.Random, backward: bool) -> str:
         spec = RELATIONS[rel["relation"]]
@@ -53,7 +53,8 @@ class _Facts:
 
 def _encyclopedia(e: dict, facts: _Facts, rng: random.Random) -> tuple[str, str, str, list[dict]]:
     back = facts.backward if len(facts.backward) <= MAX_BACKWARD else rng.sample(facts.backward, MAX_BACKWARD)
-    parts = [f"{e['name']} is a {TYPE_NOUNS[e['type']]}."]
+    noun = TYPE_NOUNS[e["type"]]
+    parts = [f"{e['name']} is {article(noun)} {noun}."]
     parts += [facts.sentence(r, rng, False) for r in facts.forward]
     parts += [facts.sentence(r, rng, True) for r in back]
     url = f"https://wikiverse.example/wiki/{slug(e['name'])}_({e['type']})"

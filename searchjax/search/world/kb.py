@@ -14,7 +14,7 @@ from pathlib import Path
 
 from searchjax.data.jsonl import iter_jsonl
 from searchjax.search.types import iter_corpus
-from searchjax.search.world.schema import RELATIONS
+from searchjax.search.world.schema import RELATIONS, template_fields
 
 KB_FILE = "kb.jsonl"
 CORPUS_FILE = "corpus.jsonl"
@@ -139,8 +139,8 @@ class KnowledgeBase:
         return out
 
     def _names(self, r: Relation) -> dict[str, str]:
-        return {"s": self.entities[r.subject].name, "o": self.entities[r.object].name if r.object else "",
-                "v": r.value or "", "c": r.attrs.get("cohort", "")}
+        obj = self.entities[r.object].name if r.object else None
+        return template_fields(self.entities[r.subject].name, obj, r.value, r.attrs.get("cohort", ""))
 
     def statement(self, r: Relation) -> str:
         """The canonical atomic statement of `r`, e.g. "Mara Velin wrote The Glass Orchard."."""

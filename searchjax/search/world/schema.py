@@ -1,7 +1,7 @@
 """Relation types of the world: who may relate to whom, and the sentences that state or describe a relation.
 
-Placeholders in templates: {s} subject name, {o} object name, {v} literal value, {c} the relation's
-"cohort" attribute (went_through only). `forward` sentences state a relation on the subject's pages,
+Placeholders in templates: {s} subject name, {o} object name, {v} literal value, {a} the indefinite
+article for {v} ("a"/"an"), {c} the relation's "cohort" attribute (went_through only). `forward` sentences state a relation on the subject's pages,
 `backward` ones on the object's pages, `label` heads a directory line ("Born in: Varnholm"). The
 `describe_subject` / `describe_object` phrases name one side through the other ("the author of {o}", "the
 book written by {s}"): the data helper nests them into entity-free multi-hop questions (RECIPE.md §3.1).
@@ -63,7 +63,7 @@ RELATIONS: dict[str, RelationSpec] = {
         [], "the person born in {v}", "the birth year of {s}"),
     "occupation": _rel(
         ["person"], [], "Occupation",
-        ["{s} works as a {v}.", "{s} is known as a {v}.", "By profession, {s} is a {v}."],
+        ["{s} works as {a} {v}.", "{s} is known as {a} {v}.", "By profession, {s} is {a} {v}."],
         [], "the {v}", "the occupation of {s}"),
     "member_of": _rel(
         ["person"], ["organisation"], "Member of",
@@ -96,7 +96,7 @@ RELATIONS: dict[str, RelationSpec] = {
         "the company from the {c} cohort of {o}", "the accelerator that {s} went through"),
     "industry": _rel(
         ["company"], [], "Industry",
-        ["{s} works in {v}.", "{s} is a {v} company.", "{s} operates in the field of {v}."],
+        ["{s} works in {v}.", "{s} is {a} {v} company.", "{s} operates in the field of {v}."],
         [], "the {v} company", "the industry of {s}"),
     "wrote": _rel(
         ["person"], ["book"], "Author of",
@@ -114,7 +114,7 @@ RELATIONS: dict[str, RelationSpec] = {
         [], "the book published in {v}", "the publication year of {s}"),
     "genre": _rel(
         ["book"], [], "Genre",
-        ["{s} is a {v}.", "{s} belongs to the genre of {v}.", "Critics file {s} under {v}."],
+        ["{s} is {a} {v}.", "{s} belongs to the genre of {v}.", "Critics file {s} under {v}."],
         [], "the {v}", "the genre of {s}"),
     "held_in": _rel(
         ["event"], ["city"], "Held in",
@@ -164,6 +164,16 @@ RELATIONS: dict[str, RelationSpec] = {
         ["{s} has a density of {v} g/cm3.", "The density of {s} is {v} grams per cubic centimetre."],
         [], "the element with a density of {v} g/cm3", "the density of {s}"),
 }
+
+def article(word: str) -> str:
+    """The indefinite article before `word` (by its first letter: good enough for our word lists)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def template_fields(subject: str, obj: str | None, value: str | None, cohort: str = "") -> dict[str, str]:
+    """The placeholder values for one relation's templates."""
+    return {"s": subject, "o": obj or "", "v": value or "", "a": article(value or ""), "c": cohort}
+
 
 # How a page introduces an entity of each type ("{s} is a ...").
 TYPE_NOUNS: dict[str, str] = {
