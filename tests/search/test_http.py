@@ -135,3 +135,15 @@ def test_wait_until_serving_gives_up_on_a_dead_port():
     with pytest.raises(SearchError, match="did not come up"):
         wait_until_serving(f"http://127.0.0.1:{portpicker.pick_unused_port()}", timeout_s=0.3)
     assert time.monotonic() - start < 3.0
+
+
+def test_concurrent_clients_share_one_service(tantivy_backend):
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [f"capital population {w}" for w in ("France", "Peru", "Japan", "Kenya", "Chile", "Nepal")] * 5
+    expected = {q: tantivy_backend.search(q) for q in set(queries)}
+    with running(SearchHTTPServer(tantivy_backend, port=0)) as server:
+        client = HttpBackend(server.url, timeout_s=5.0)  # one keep-alive connection per worker thread
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            got = list(pool.map(client.search, queries))
+    assert got == [expected[q] for q in queries]
