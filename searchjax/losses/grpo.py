@@ -6,8 +6,13 @@ row whose token mask is all False (a padded rollout) counts neither in B nor any
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
+
+if TYPE_CHECKING:  # the config lives with the rewards; only its is_cap / clip_eps / sequence_is are read here
+    from searchjax.rewards.config import RewardConfig
 
 sg = jax.lax.stop_gradient
 
@@ -132,3 +137,22 @@ def sequence_grpo_loss(
     metrics["n_tokens"] = mask.sum().astype(jnp.float32)
     objective = jnp.where(has, _truncate(seq_ratio, is_cap) * advantages.astype(jnp.float32), 0.0)
     return -objective.sum() / jnp.maximum(has.sum(), 1), metrics
+
+
+def policy_loss(
+    logp: jax.Array,
+    logp_infer: jax.Array,
+    advantages: jax.Array,
+    token_mask: jax.Array,
+    cfg: RewardConfig,
+    *,
+    logp_old: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The policy loss `cfg` selects: `sequence_grpo_loss` when cfg.sequence_is, else `grpo_loss` with
+    cfg.is_cap and, when cfg.clip_eps is set, the PPO clip against `logp_old` (required then)."""
+    if cfg.sequence_is:
+        return sequence_grpo_loss(logp, logp_infer, advantages, token_mask, is_cap=cfg.is_cap)
+    if cfg.clip_eps is not None and logp_old is None:
+        raise ValueError("policy_loss: cfg.clip_eps is set, so logp_old (the behaviour log-probs) is required")
+    return grpo_loss(logp, logp_infer, advantages, token_mask, is_cap=cfg.is_cap, clip_eps=cfg.clip_eps,
+                     logp_old=logp_old if cfg.clip_eps is not None else None)

@@ -153,3 +153,25 @@ def test_bad_arguments_raise():
         grpo_loss(x, x, jnp.zeros(2), x, clip_eps=0.2)
     with pytest.raises(ValueError, match="is_cap"):
         grpo_loss(x, x, jnp.zeros(2), x, is_cap=0.0)
+
+
+def test_policy_loss_follows_the_config():
+    from searchjax.losses import policy_loss
+    from searchjax.rewards import RewardConfig
+
+    key = jax.random.PRNGKey(3)
+    logp = -jax.random.uniform(key, (B, T), minval=0.1, maxval=3.0)
+    infer = logp + 0.2 * jax.random.normal(jax.random.fold_in(key, 1), (B, T))
+    old = logp + 0.3 * jax.random.normal(jax.random.fold_in(key, 2), (B, T))
+    adv = jnp.array([1.0, -1.0, 0.5, 2.0])
+    mask = jnp.ones((B, T), bool)
+    cases = [
+        (RewardConfig(), grpo_loss(logp, infer, adv, mask)),
+        (RewardConfig(is_cap=1.1), grpo_loss(logp, infer, adv, mask, is_cap=1.1)),
+        (RewardConfig(clip_eps=0.2), grpo_loss(logp, infer, adv, mask, clip_eps=0.2, logp_old=old)),
+        (RewardConfig(sequence_is=True, is_cap=1.1), sequence_grpo_loss(logp, infer, adv, mask, is_cap=1.1)),
+    ]
+    for cfg, (want, _) in cases:
+        np.testing.assert_allclose(policy_loss(logp, infer, adv, mask, cfg, logp_old=old)[0], want, rtol=1e-6)
+    with pytest.raises(ValueError, match="logp_old"):
+        policy_loss(logp, infer, adv, mask, RewardConfig(clip_eps=0.2))
