@@ -74,8 +74,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             results = self.server.backend.search(query, k)
-        except SearchError as e:
-            self._reply(500, {"error": str(e)})
+        # Whatever the backend raises, the client must get an answer (500) rather than a dropped connection.
+        except Exception as e:  # noqa: BLE001
+            self._reply(500, {"error": f"{type(e).__name__}: {e}"})
             return
         self._reply(200, {"results": [r.to_dict() for r in results]})
 

@@ -147,3 +147,23 @@ def test_concurrent_clients_share_one_service(tantivy_backend):
         with ThreadPoolExecutor(max_workers=6) as pool:
             got = list(pool.map(client.search, queries))
     assert got == [expected[q] for q in queries]
+
+
+def test_backend_crash_is_a_500_and_the_service_survives():
+    class Flaky:
+        def __init__(self):
+            self.calls = 0
+
+        def search(self, query, k=10):
+            self.calls += 1
+            if query == "crash":
+                raise ZeroDivisionError("bug in a backend")
+            return []
+
+    backend = Flaky()
+    with running(SearchHTTPServer(backend, port=0)) as server:
+        client = HttpBackend(server.url, timeout_s=2.0, retries=1, backoff_s=0.01)
+        with pytest.raises(SearchError, match="ZeroDivisionError"):
+            client.search("crash")
+        assert backend.calls == 2  # a 5xx is retried once, then reported
+        assert client.search("fine") == []
