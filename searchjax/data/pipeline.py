@@ -20,6 +20,7 @@ source [B] (index into the config's sources) and records (the B source records, 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from searchjax.data.rubric_data import validate_rubric_record
 from searchjax.search import SEARCH_WEB_TOOL
 
 Kind = Literal["qa", "rubric", "sft"]
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,20 @@ def load_source(src: SourceConfig, on_error: str = "raise") -> tuple[list[dict[s
     if src.kind not in VALIDATORS:
         raise ValueError(f"source {src.name!r}: unknown kind {src.kind!r}; expected one of {list(VALIDATORS)}")
     return read_jsonl(src.path, validate=VALIDATORS[src.kind], on_error=on_error)
+
+
+def load_sources(cfg: PipelineConfig) -> tuple[list[list[dict[str, Any]]], list[ReadSummary]]:
+    """Every source's records and read summary; skipped rows (on_error: skip) are also logged as a warning
+    naming the source, the count and the first reasons, so nothing is dropped silently."""
+    records, summaries = [], []
+    for src in cfg.sources:
+        rows, summary = load_source(src, cfg.on_error)
+        if summary.skipped:
+            log.warning("source %r: skipped %d malformed row(s) of %d: %s", src.name, len(summary.skipped),
+                        len(summary.skipped) + summary.kept, "; ".join(summary.skipped[:3]))
+        records.append(rows)
+        summaries.append(summary)
+    return records, summaries
 
 
 class Encoder:
@@ -225,7 +241,7 @@ def build_dataset(
 ) -> grain.MapDataset:
     """Batches of rendered, tokenized examples as a MapDataset (records default to each source's file)."""
     if records is None:
-        records = [load_source(s, cfg.on_error)[0] for s in cfg.sources]
+        records, _ = load_sources(cfg)
     encoder = Encoder(tokenizer, cfg, tools)
     kinds = [s.kind for s in cfg.sources]
     mixed = mixed_records(cfg, records, process_index=process_index, process_count=process_count)

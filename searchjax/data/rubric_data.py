@@ -226,7 +226,8 @@ class LLMRubricGenerator:
         reference = reply.get("reference")
         raw = reply.get("rubrics")
         if not isinstance(reference, str) or not isinstance(raw, list) or not raw:
-            raise ValueError(f"rubric writer must return a reference string and a non-empty rubric list, got {reply!r:.200}")
+            raise ValueError("rubric writer must return a reference string and a non-empty rubric list, "
+                             f"got {reply!r:.200}")
         rubrics = sorted((Rubric.from_dict(r) for r in raw), key=lambda r: r.priority)
         return reference, rubrics
 

@@ -98,7 +98,8 @@ class Expander:
                         self._only(self.kb.relations_to(r.object, r.relation), r, "s"):
                     out.append(Link(entity_id, r, "s", r.object))
             for r in self.kb.relations_to(entity_id):
-                if len(r.doc_ids) >= self.min_docs and self._only(self.kb.relations_from(r.subject, r.relation), r, "o"):
+                if len(r.doc_ids) >= self.min_docs and \
+                        self._only(self.kb.relations_from(r.subject, r.relation), r, "o"):
                     out.append(Link(entity_id, r, "o", r.subject))
             self._link_cache[entity_id] = out
         return self._link_cache[entity_id]

@@ -158,7 +158,8 @@ def check_format(text: str, fmt: str) -> bool:
         return any(_TABLE_SEP.match(ln) for ln in lines) and sum("|" in ln for ln in lines) >= 3
     if fmt == "one_sentence":
         body = text.strip()
-        return len(lines) == 1 and len(_SENTENCE_END.findall(body)) == 1 and _SENTENCE_END.search(body).end() == len(body)
+        ends = _SENTENCE_END.findall(body)
+        return len(lines) == 1 and len(ends) == 1 and _SENTENCE_END.search(body).end() == len(body)
     raise ValueError(f"unknown format {fmt!r}; expected one of {list(FORMATS)}")
 
 

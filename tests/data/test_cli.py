@@ -24,7 +24,6 @@ def run(argv):
     return args.func(args)
 
 
-
 def test_synth_qa_then_sft(world, tmp_path, capsys):
     out = tmp_path / "qa.jsonl"
     assert run(["data", "synth-qa", "--world", str(world), "--index", str(world / "index"), "--n", "12",

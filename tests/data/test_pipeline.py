@@ -4,6 +4,7 @@ render + tokenize correctness, bad input."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import grain
 import numpy as np
@@ -145,7 +146,7 @@ def test_sft_source_masks_assistant_tokens(tmp_path, tokenizer):
     assert cut["lengths"][0] == 20
 
 
-def test_malformed_rows_stop_or_are_counted(tmp_path, tokenizer):
+def test_malformed_rows_stop_or_are_counted(tmp_path, tokenizer, caplog):
     good = '{"id": "a", "question": "q?", "answer": "x"}'
     (tmp_path / "qa.jsonl").write_text("\n".join([good, '{"id": "b", "question": "q2?"}', "{oops", "[1]", good]))
     cfg = PipelineConfig(sources=(SourceConfig("qa", str(tmp_path / "qa.jsonl")),), batch_size=1, max_len=2048)
@@ -158,5 +159,7 @@ def test_malformed_rows_stop_or_are_counted(tmp_path, tokenizer):
     assert [s.split(": ", 1)[0].rsplit("/", 1)[-1] for s in summary.skipped] == ["qa.jsonl:2", "qa.jsonl:3",
                                                                                  "qa.jsonl:4"]
     assert "invalid JSON" in summary.skipped[1] and "expected a JSON object, got list" in summary.skipped[2]
-    assert build_dataset(dataclasses.replace(cfg, on_error="skip"), tokenizer, process_index=0,
-                         process_count=1)[0]["input_ids"].shape == (1, 2048)
+    with caplog.at_level(logging.WARNING, logger="searchjax.data.pipeline"):
+        ds = build_dataset(dataclasses.replace(cfg, on_error="skip"), tokenizer, process_index=0, process_count=1)
+    assert ds[0]["input_ids"].shape == (1, 2048)
+    assert "source 'qa': skipped 3 malformed row(s) of 5" in caplog.text and "qa.jsonl:2" in caplog.text

@@ -49,7 +49,8 @@ def test_tool_calls_round_trip_through_the_parser(sft_records):
                 turn = text.split("<|im_start|>assistant\n", 1)[1].split("<|im_end|>", 1)[0]
                 parsed_text = turn.removeprefix("<think>\n")  # the generation prompt opens the thinking block
                 parsed = parse_assistant(parsed_text, [SEARCH_WEB_TOOL])
-                assert not parsed.errors and parsed.tool_calls[0].arguments == m["tool_calls"][0]["function"]["arguments"]
+                assert not parsed.errors
+                assert parsed.tool_calls[0].arguments == m["tool_calls"][0]["function"]["arguments"]
 
 
 def test_abstention_declines(sft_records):

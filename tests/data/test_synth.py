@@ -105,7 +105,8 @@ def test_search_solver_only_uses_search_web(backend):
             calls.append(query)
             return backend.search(query, k)
 
-    trace = SearchSolver(Recording(), max_calls=5).solve("What is the capital of the country with an area of 1 square kilometres?")
+    question = "What is the capital of the country with an area of 1 square kilometres?"
+    trace = SearchSolver(Recording(), max_calls=5).solve(question)
     assert calls and len(trace.calls) == len(calls) <= 5
     assert trace.answer is None and trace.reason.startswith("search_")
     tool = SearchTool(backend)
