@@ -17,7 +17,13 @@ from searchjax.rewards.answers import (
     rubric_r_base,
     token_f1,
 )
-from searchjax.rewards.bradley_terry import bt_loss, bt_preference, pairwise_deltas, pointwise_deltas
+from searchjax.rewards.bradley_terry import (
+    bt_loss,
+    bt_preference,
+    consensus_labels,
+    pairwise_deltas,
+    pointwise_deltas,
+)
 from searchjax.rewards.config import RewardConfig
 from searchjax.rewards.penalties import (
     draw_tool_baseline,
@@ -36,6 +42,7 @@ __all__ = [
     "bt_loss",
     "bt_preference",
     "compute_rewards",
+    "consensus_labels",
     "draw_tool_baseline",
     "efficiency_penalty",
     "exact_match",

@@ -76,3 +76,33 @@ def bt_preference(delta_ab: jax.Array, delta_ba: jax.Array) -> jax.Array:
     _same_shape("bt_preference", delta_ab=delta_ab, delta_ba=delta_ba)
     delta_bar = 0.5 * (jnp.asarray(delta_ab, jnp.float32) - jnp.asarray(delta_ba, jnp.float32))
     return jax.nn.sigmoid(delta_bar)
+
+
+def consensus_labels(
+    votes: jax.Array, valid: jax.Array | None = None, *, min_agreement: float = 1.0
+) -> tuple[jax.Array, jax.Array]:
+    """Label-noise filter (RECIPE.md §4): keep only preference pairs on which the annotating models agree.
+
+        label_p = 1 if the majority of valid votes prefer a (ties -> 0.5, never kept)
+        keep_p  = (share of valid votes agreeing with the majority ≥ min_agreement) and ≥ 1 valid vote
+
+    Args:
+      votes: [P, M] in {0, 1}: model m prefers y_a on pair p.  valid: optional [P, M] mask of cast votes.
+      min_agreement: 1.0 (default) keeps unanimous pairs only; e.g. 2/3 keeps two-out-of-three majorities.
+
+    Returns:
+      (label [P] float32 for `bt_loss`, keep [P] bool, usable as its mask).
+    """
+    votes = jnp.asarray(votes, jnp.float32)
+    if votes.ndim != 2:
+        raise ValueError(f"consensus_labels: votes must be [P, M], got shape {votes.shape}")
+    if not 0.5 < min_agreement <= 1.0:
+        raise ValueError(f"consensus_labels: min_agreement must be in (0.5, 1], got {min_agreement}")
+    valid = jnp.ones(votes.shape, bool) if valid is None else jnp.asarray(valid, bool)
+    _same_shape("consensus_labels", votes=votes, valid=valid)
+    count = valid.sum(axis=-1)
+    share_a = jnp.where(valid, votes, 0.0).sum(axis=-1) / jnp.maximum(count, 1)
+    label = jnp.where(share_a > 0.5, 1.0, jnp.where(share_a < 0.5, 0.0, 0.5))
+    agreement = jnp.maximum(share_a, 1.0 - share_a)
+    keep = (count > 0) & (share_a != 0.5) & (agreement >= min_agreement - 1e-6)
+    return label, keep

@@ -94,3 +94,19 @@ def test_pairwise_convention_keeps_both_orders(l_ab, l_ba, r):
 def test_shape_mismatch_raises():
     with pytest.raises(ValueError, match="shapes must match"):
         bt_loss(jnp.zeros(3), jnp.zeros(2), jnp.zeros(3))
+
+
+def test_consensus_filter_by_hand():
+    from searchjax.rewards import consensus_labels
+
+    votes = jnp.array([[1, 1, 1], [0, 0, 0], [1, 1, 0], [1, 0, 0], [1, 0, 1]])
+    valid = jnp.array([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]], bool)
+    label, keep = consensus_labels(votes, valid)
+    np.testing.assert_array_equal(label, [1.0, 0.0, 1.0, 0.0, 0.5])
+    np.testing.assert_array_equal(keep, [True, True, False, False, False])  # unanimous only; a tie never
+    _, keep_majority = jax.jit(lambda v, m: consensus_labels(v, m, min_agreement=2 / 3))(votes, valid)
+    np.testing.assert_array_equal(keep_majority, [True, True, True, True, False])
+    loss = bt_loss(jnp.zeros(5), jnp.zeros(5), label, keep)  # the keep mask feeds bt_loss directly
+    np.testing.assert_allclose(loss, np.log(2), rtol=1e-6)
+    with pytest.raises(ValueError, match="min_agreement"):
+        consensus_labels(votes, min_agreement=0.5)
