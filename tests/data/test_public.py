@@ -88,3 +88,21 @@ def test_quality_filter_counts_reasons():
     kept, rejected = quality_filter(recs)
     assert [r["id"] for r in kept] == ["1"]
     assert rejected == {"duplicate": 1, "answer_in_question": 1, "answer_too_long": 1, "empty": 1}
+
+
+def test_public_records_share_the_prompt_format(tmp_path, tokenizer):
+    from searchjax.chat import render
+    from searchjax.data.jsonl import write_jsonl
+    from searchjax.data.pipeline import PipelineConfig, SourceConfig, build_dataset
+    from searchjax.data.prompts import prompt_messages
+    from searchjax.search import SEARCH_WEB_TOOL
+
+    records, _ = load_public_qa("simpleqa", FIX / FILES["simpleqa"][0])
+    write_jsonl(tmp_path / "simpleqa.jsonl", records)
+    cfg = PipelineConfig(sources=(SourceConfig("simpleqa", str(tmp_path / "simpleqa.jsonl"), "qa", 1.0),),
+                         batch_size=3, max_len=2048)
+    batch = build_dataset(cfg, tokenizer, process_index=0, process_count=1)[0]
+    for row, n, rec in zip(batch["input_ids"], batch["lengths"], batch["records"]):
+        messages = prompt_messages(rec, cfg.tool_budget)
+        assert messages[-1] == {"role": "user", "content": rec["question"]}
+        assert tokenizer.decode(row[:n].tolist()) == render(messages, [SEARCH_WEB_TOOL], add_generation_prompt=True)

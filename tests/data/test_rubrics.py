@@ -7,6 +7,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from searchjax.rewards.rubrics import (
     LLMJudge,
@@ -153,3 +155,14 @@ def test_llm_judge_rejects_wrong_verdict_count():
     judge = LLMJudge(lambda messages: '{"verdicts": [true]}')
     with pytest.raises(ValueError, match="2 boolean verdicts"):
         judge("p", "r", [Rubric("a", "judge"), Rubric("b", "judge")])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_code_rubrics_never_raise_on_any_text(text):
+    verdicts = evaluate_rubrics(PROMPT, text, EXAMPLE_RUBRICS, RuleJudge())
+    assert len(verdicts) == 5 and all(isinstance(v, bool) for v in verdicts)
+    assert detect_language(text) in {"und", "en", "de", "fr", "es", "it", "pt", "nl", "sv", "zh", "ja", "ko", "ru",
+                                     "ar", "el", "he", "hi", "th"}
+    for fmt in ("list", "table", "one_sentence"):
+        assert isinstance(check_format(text, fmt), bool)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from searchjax.data.questions import parse_question
 from searchjax.data.solvers import KBSolver, SearchSolver, parse_results
@@ -121,3 +123,11 @@ def test_shipped_synth_config_loads():
     assert (cfg.min_hops, cfg.max_hops) == (2, 4) and cfg.search_max_calls == 5
     with pytest.raises(ValueError, match="min_hops <= max_hops"):
         SynthConfig(min_hops=3, max_hops=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=120) | st.builds(lambda a, b: f"What is the {a} of the {b}?", st.text(max_size=30),
+                                         st.text(max_size=30)))
+def test_parse_question_never_raises(text):
+    readings = parse_question(text)
+    assert isinstance(readings, list) and all(r and r[0].value is not None for r in readings)
