@@ -93,7 +93,7 @@ class SFTBuilder:
             return None
         return trace
 
-    def _follow_up(self, record: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str] | None:
+    def _follow_up(self, record: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str, str] | None:
         """A question about a literal fact of the answer entity, answered with one search (KB-checked)."""
         rels = [r for r in self.kb.relations_from(record["seed"]) if r.relation in PIN_RELATIONS]
         if not rels:
@@ -105,7 +105,8 @@ class SFTBuilder:
         value = self.expert._step(SearchTool(self.backend, self.tool_budget), Step(rel.relation, "o"), name, trace)
         if value != rel.value:
             return None
-        return question, searched_turns(trace), f"{describe(rel.relation, 'o', name).capitalize()} is {value}."
+        phrase = describe(rel.relation, "o", name)
+        return question, searched_turns(trace), value, f"{phrase[0].upper()}{phrase[1:]} is {value}."
 
     def trajectory(self, record: dict[str, Any], category: str) -> dict[str, Any] | None:
         """A single-, two- or multi-turn tool-use example for one verified QA record (None when it fails)."""
@@ -119,11 +120,10 @@ class SFTBuilder:
             if follow is None:
                 self.summary["rejected:no_follow_up"] += 1
                 return None
-            question, turns, answer = follow
+            question, turns, value, answer = follow
             messages += [{"role": "user", "content": question}, *turns, {"role": "assistant", "content": answer}]
             if category == "multi_turn":
-                table = (f"| question | answer |\n|---|---|\n| 1 | {trace.answer} |\n| 2 | "
-                         f"{answer.rsplit(' is ', 1)[1].rstrip('.')} |")
+                table = f"| question | answer |\n|---|---|\n| 1 | {trace.answer} |\n| 2 | {value} |"
                 messages += [{"role": "user", "content": "Put both answers in a table."},
                              {"role": "assistant", "content": table}]
         return {"id": f"sft-{category}-{record['id']}", "kind": "sft", "category": category,

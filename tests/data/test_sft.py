@@ -84,3 +84,15 @@ def test_sft_mix_pipeline(sft_records, tokenizer, tmp_path):
     for row, mask, n in zip(batch["input_ids"], batch["loss_mask"], batch["lengths"]):
         assert not mask[n:].any() and (row[n:] == tokenizer.special.pad).all()
     np.testing.assert_array_equal(batch["source"] >= 0, True)
+
+
+def test_follow_up_answers_keep_names(sft_records):
+    checked = 0
+    for r in sft_records[0]:
+        if r["category"] in ("two_turn", "multi_turn"):
+            users = [i for i, m in enumerate(r["messages"]) if m["role"] == "user"]
+            phrase = r["messages"][users[1]]["content"].removeprefix("What is ").removesuffix("?")
+            answer = r["messages"][users[2] - 1 if len(users) > 2 else -1]["content"]
+            assert answer.startswith(phrase[0].upper() + phrase[1:] + " is "), (phrase, answer)  # names keep capitals
+            checked += 1
+    assert checked
