@@ -4,7 +4,8 @@ Public API (others code against these names):
 - `SearchResult(title, url, snippet)`, `SearchError`, the `SearchBackend` protocol
   (`search(query, k=10) -> list[SearchResult]`, raising only SearchError);
 - backends: `TantivyBackend(index_dir)` (BM25 on disk, built by `build_index(corpus_jsonl, out_dir)`),
-  `HttpBackend(url, timeout_s, retries)` (client of `serve_search` / `SearchHTTPServer`),
+  `HttpBackend(url, timeout_s, retries)` (client of `serve_search` / `SearchHTTPServer`; helpers
+  `serving_in_background`, `wait_until_serving`),
   `MemoryBackend(docs)` (tests);
 - the tool: `SEARCH_WEB_TOOL` (OpenAI-style schema), `SearchTool(backend, max_calls=5)` whose
   `call(arguments) -> ToolCallResult` never raises, `budget_instruction(b)`, `render_results`,
@@ -13,7 +14,13 @@ Public API (others code against these names):
   corpus and knowledge-base formats).
 """
 
-from searchjax.search.http import HttpBackend, SearchHTTPServer, serve_search
+from searchjax.search.http import (
+    HttpBackend,
+    SearchHTTPServer,
+    serve_search,
+    serving_in_background,
+    wait_until_serving,
+)
 from searchjax.search.memory import MemoryBackend
 from searchjax.search.tantivy_index import TantivyBackend, build_index
 from searchjax.search.tool import (
@@ -56,6 +63,8 @@ __all__ = [
     "iter_corpus",
     "render_results",
     "serve_search",
+    "serving_in_background",
     "tokenize",
     "truncate_query",
+    "wait_until_serving",
 ]

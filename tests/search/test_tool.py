@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from searchjax.search import (
     MAX_QUERY_CHARS,
@@ -140,3 +142,22 @@ def test_tool_schema_and_budget_instruction():
         budget_instruction(-1)
     with pytest.raises(ValueError, match="max_calls"):
         SearchTool(Recording(), max_calls=-2)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=400),
+                     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+                     max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_JSON, st.dictionaries(st.just("query"), _JSON, min_size=1)), st.integers(0, 3))
+def test_call_never_raises_and_counts(arguments, budget):
+    docs = [{"title": "T", "url": "u", "text": "some words here"}]
+    tool = SearchTool(MemoryBackend(docs), max_calls=budget)
+    for _ in range(budget + 1):
+        result = tool.call(arguments)
+        assert isinstance(result.text, str) and result.text
+        assert result.ok == (result.error is None)
+    assert tool.calls == budget + 1 and tool.failures >= 1
+    if isinstance(result.truncated_query, str):
+        assert len(result.truncated_query) <= MAX_QUERY_CHARS
