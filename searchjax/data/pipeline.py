@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -183,6 +184,7 @@ class EpochShuffle(grain.MapDataset):
         super().__init__(parent)
         self._seed, self._n = int(seed), len(parent)
         self._perms: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return sys.maxsize
@@ -194,9 +196,10 @@ class EpochShuffle(grain.MapDataset):
         perm = self._perms.get(epoch)
         if perm is None:
             perm = np.random.default_rng([self._seed, epoch]).permutation(self._n)
-            if len(self._perms) >= 2:  # consumers move forward one epoch at a time
-                self._perms.pop(min(self._perms))
-            self._perms[epoch] = perm
+            with self._lock:  # grain's read threads may cross an epoch boundary together
+                if len(self._perms) >= 2:  # consumers move forward one epoch at a time
+                    self._perms.pop(min(self._perms))
+                self._perms[epoch] = perm
         return perm
 
     def __getitem__(self, index):

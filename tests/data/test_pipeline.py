@@ -73,8 +73,9 @@ def _same(a, b):
         assert [r["id"] for r in x["records"]] == [r["id"] for r in y["records"]]
 
 
-def test_exact_resume_and_orbax_round_trip(files, tokenizer, tmp_path):
-    cfg = _cfg(files)
+@pytest.mark.parametrize("read_threads", [0, 3])
+def test_exact_resume_and_orbax_round_trip(files, tokenizer, tmp_path, read_threads):
+    cfg = _cfg(files, read_threads=read_threads)
     it = make_iterator(cfg, tokenizer, process_index=0, process_count=1)
     _take(it, 3)
     state = it.get_state()
