@@ -32,17 +32,17 @@ def _masked_token_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.where(mask, x, 0.0).sum() / jnp.maximum(mask.sum(), 1)
 
 
-def _truncate(weight: jax.Array, is_cap: float | None) -> jax.Array:
-    """Truncated IS: value min(w, C) while the gradient keeps flowing as min(w, C)·∇log π (w > 0 always).
+def _is_weight(log_w: jax.Array, is_cap: float | None) -> jax.Array:
+    """IS weight w = exp(log_w) with gradient w·∇log_w; truncated at C: value min(w, C), gradient min(w, C)·∇log_w.
 
-    Written as w · sg(min(w, C) / w), so d/dlog π = min(w, C): the effective per-token weight never exceeds C
-    and truncated tokens still contribute (at weight C) instead of being dropped.
+    Written as exp(log_w + sg(min(0, log C − log_w))), so the effective per-token weight never exceeds C,
+    truncated tokens still contribute (at weight C) instead of being dropped, and a huge log_w cannot overflow.
     """
     if is_cap is None:
-        return weight
+        return jnp.exp(log_w)
     if is_cap <= 0:
         raise ValueError(f"is_cap must be > 0 or None, got {is_cap}")
-    return weight * sg(jnp.minimum(weight, is_cap) / weight)
+    return jnp.exp(log_w + sg(jnp.minimum(0.0, jnp.log(is_cap) - log_w)))
 
 
 def _ratio_metrics(ratio, mask, log_mu_minus_pi, is_cap) -> dict[str, jax.Array]:
@@ -72,7 +72,7 @@ def grpo_loss(
         loss = −(1/B) Σ_i (1/|o_i|) Σ_{t valid} w_{i,t} Â_i,   r_{i,t} = exp(log π_θ − sg(log μ_infer))
 
     - plain (default): w = r. ∂loss/∂log π_{i,t} = −r_{i,t} Â_i / (B |o_i|) on valid tokens, 0 elsewhere.
-    - `is_cap=C` (truncated IS): w has value min(r, C) and gradient min(r, C)·∇log π (see `_truncate`).
+    - `is_cap=C` (truncated IS): w has value min(r, C) and gradient min(r, C)·∇log π (see `_is_weight`).
     - `clip_eps=ε` with `logp_old` (several optimizer steps per rollout batch, PPO-style):
         w·Â = sg(ρ_old) · min(ρ Â, clip(ρ, 1−ε, 1+ε) Â),  ρ = exp(log π_θ − sg(log π_old)),
         ρ_old = exp(log π_old − log μ_infer), truncated at C when is_cap is set.
@@ -96,7 +96,7 @@ def grpo_loss(
     adv = advantages.astype(jnp.float32)[:, None]
     metrics = _ratio_metrics(ratio, mask, -log_r, is_cap)
     if clip_eps is None:
-        objective = _truncate(ratio, is_cap) * adv
+        objective = _is_weight(log_r, is_cap) * adv
     else:
         old = sg(jnp.where(mask, logp_old.astype(jnp.float32), 0.0))
         rho_old = jnp.exp(jnp.where(mask, old - sg(logp_infer.astype(jnp.float32)), 0.0))
@@ -131,11 +131,12 @@ def sequence_grpo_loss(
     log_r = jnp.where(mask, logp.astype(jnp.float32) - sg(logp_infer.astype(jnp.float32)), 0.0)
     n_tok = mask.sum(axis=-1)
     has = n_tok > 0
-    seq_ratio = jnp.exp(log_r.sum(axis=-1) / jnp.maximum(n_tok, 1))
+    log_seq = log_r.sum(axis=-1) / jnp.maximum(n_tok, 1)
+    seq_ratio = jnp.exp(log_seq)
     metrics = _ratio_metrics(seq_ratio, has, jnp.zeros_like(seq_ratio), is_cap)
     metrics["kl_infer"] = _masked_token_mean(sg(-log_r), mask)
     metrics["n_tokens"] = mask.sum().astype(jnp.float32)
-    objective = jnp.where(has, _truncate(seq_ratio, is_cap) * advantages.astype(jnp.float32), 0.0)
+    objective = jnp.where(has, _is_weight(log_seq, is_cap) * advantages.astype(jnp.float32), 0.0)
     return -objective.sum() / jnp.maximum(has.sum(), 1), metrics
 
 

@@ -175,3 +175,14 @@ def test_policy_loss_follows_the_config():
         np.testing.assert_allclose(policy_loss(logp, infer, adv, mask, cfg, logp_old=old)[0], want, rtol=1e-6)
     with pytest.raises(ValueError, match="logp_old"):
         policy_loss(logp, infer, adv, mask, RewardConfig(clip_eps=0.2))
+
+
+def test_capped_weights_stay_finite_for_huge_log_ratios():
+    logp = jnp.array([[0.0, -1.0]])
+    infer = jnp.array([[-200.0, -1.0]])  # log r = 200: r overflows float32, the capped weight must not
+    mask = jnp.ones((1, 2), bool)
+    for fn in (grpo_loss, sequence_grpo_loss):
+        loss, grad = jax.value_and_grad(lambda x: fn(x, infer, jnp.array([1.0]), mask, is_cap=2.0)[0])(logp)
+        chex.assert_tree_all_finite((loss, grad))
+    grad = jax.grad(lambda x: grpo_loss(x, infer, jnp.array([1.0]), mask, is_cap=2.0)[0])(logp)
+    np.testing.assert_allclose(grad, [[-1.0, -0.5]], rtol=1e-5)  # weights C = 2 and r = 1, over B·|o| = 2
