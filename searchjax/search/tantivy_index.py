@@ -74,8 +74,9 @@ class TantivyBackend:
 
     def __init__(self, index_dir: str | Path):
         index_dir = Path(index_dir)
-        if not (index_dir / _META_FILE).exists():
-            raise SearchError(f"{index_dir} is not a searchjax index (no {_META_FILE}); run `searchjax index build`")
+        for required in (_META_FILE, _DOCS_FILE):
+            if not (index_dir / required).exists():
+                raise SearchError(f"{index_dir} is not a searchjax index (no {required}); run `searchjax index build`")
         self.index_dir = index_dir
         self._index = tantivy.Index.open(str(index_dir))
         self._schema = self._index.schema

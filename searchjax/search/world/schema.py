@@ -1,10 +1,11 @@
 """Relation types of the world: who may relate to whom, and the sentences that state or describe a relation.
 
 Placeholders in templates: {s} subject name, {o} object name, {v} literal value, {a} the indefinite
-article for {v} ("a"/"an"), {c} the relation's "cohort" attribute (went_through only). `forward` sentences state a relation on the subject's pages,
-`backward` ones on the object's pages, `label` heads a directory line ("Born in: Varnholm"). The
-`describe_subject` / `describe_object` phrases name one side through the other ("the author of {o}", "the
-book written by {s}"): the data helper nests them into entity-free multi-hop questions (RECIPE.md §3.1).
+article for {v} ("a"/"an"), {c} the relation's "cohort" attribute (went_through only). `forward`
+sentences state a relation on the subject's pages, `backward` ones on the object's pages, `label` heads a
+directory line ("Born in: Varnholm"). The `describe_subject` / `describe_object` phrases name one side
+through the other ("the author of {o}", "the book written by {s}"): the data helper nests them into
+entity-free multi-hop questions (RECIPE.md §3.1).
 """
 
 from __future__ import annotations
