@@ -1,10 +1,10 @@
 """Rubric chat data (RECIPE.md §3.2): non-verifiable prompts, reference answers, rubric sets, pass@4 calibration.
 
 A rubric record (one JSONL object):
-  id, kind="rubric", category (correct | rewrite | plan | format | translate), messages (the conversation so
-  far, OpenAI-style, ending with the user turn), reference (a reference answer), rubrics (list of
-  `Rubric.to_dict()`, in the write-up's priority order: explicit user requirements (0), internal constraints (1),
-  content requirements implied by the reference (2)), seed, split.
+  id, kind="rubric", category (correct | rewrite | plan | format | translate | same_language), messages (the
+  conversation so far, OpenAI-style, ending with the user turn), reference (a reference answer), rubrics (list
+  of `Rubric.to_dict()`, in the write-up's priority order: explicit user requirements (0), internal constraints
+  (1), content requirements implied by the reference (2)), seed, split.
 
 Generators share one interface, `generator(messages, rng) -> (reference, rubrics)`:
   `template_rubrics` is the offline default (rules derived from how the prompt was built);
@@ -72,7 +72,18 @@ _TRANSLATE = (
     ("sv", "Swedish", "The office is closed on Friday and we are at home.",
      "Kontoret är stängt på fredag och vi är hemma.", ("fredag",)),
 )
-CATEGORIES = ("correct", "rewrite", "plan", "format", "translate")
+# Correction requests written in another language: the answer must stay in the user's language.
+_SAME_LANGUAGE = (  # (lang, name, request phrase, text to correct, reference, key words)
+    ("de", "German", "bitte korrigiere:", "wir haben das treffen am montag und sie kommt nicht mit",
+     "Wir haben das Treffen am Montag, und sie kommt nicht mit.", ("Treffen", "Montag")),
+    ("fr", "French", "corrige stp :", "nous avons la réunion lundi et elle ne vient pas avec nous",
+     "Nous avons la réunion lundi, et elle ne vient pas avec nous.", ("Nous", "réunion")),
+    ("es", "Spanish", "corrige por favor:", "tenemos la reunión el lunes y ella no viene con nosotros",
+     "Tenemos la reunión el lunes, y ella no viene con nosotros.", ("Tenemos", "reunión")),
+    ("sv", "Swedish", "rätta gärna:", "vi har mötet på måndag och hon är inte med oss",
+     "Vi har mötet på måndag, och hon är inte med oss.", ("Vi", "mötet")),
+)
+CATEGORIES = ("correct", "rewrite", "plan", "format", "translate", "same_language")
 NO_CITATIONS = Rubric("The response contains no citation markers of the form [type:idx].", "no_citations", {}, 1)
 
 
@@ -193,9 +204,22 @@ def _make_translate(rng: random.Random) -> RubricPrompt:
     return RubricPrompt("translate", ({"role": "user", "content": msg},), target, rubrics)
 
 
+def _make_same_language(rng: random.Random) -> RubricPrompt:
+    lang, name, request, text, reference, keys = rng.choice(_SAME_LANGUAGE)
+    rubrics = (
+        Rubric(f"The response is only the corrected text, without the request {request!r}.", "not_contains",
+               {"any": [request.rstrip(" :")]}, 0),
+        Rubric(f"The response is written in {name}, the language of the request.", "language", {"lang": lang}, 1),
+        NO_CITATIONS,
+        Rubric("The correction writes " + ", ".join(f'"{k}"' for k in keys) + " with correct capitals.", "contains",
+               {"all": list(keys), "case_sensitive": True}, 2),
+    )
+    return RubricPrompt("same_language", ({"role": "user", "content": f"{request} {text}"},), reference, rubrics)
+
+
 _MAKERS: dict[str, Callable[[random.Random], RubricPrompt]] = {
     "correct": _make_correct, "rewrite": _make_rewrite, "plan": _make_plan, "format": _make_format,
-    "translate": _make_translate,
+    "translate": _make_translate, "same_language": _make_same_language,
 }
 
 

@@ -4,7 +4,8 @@ Record schema (one JSONL object):
   id        str
   kind      "sft"
   category  "single_turn" | "two_turn" | "multi_turn" (tool-use trajectories), or "abstention", or a
-            preference-style category from the rubric data ("correct", "rewrite", "plan", "format", "translate")
+            preference-style category from the rubric data ("correct", "rewrite", "plan", "format", "translate",
+            "same_language")
   messages  OpenAI-style conversation: a system turn (search_web budget), user turns, assistant turns with
             `reasoning_content` and `tool_calls` [{type: "function", function: {name: "search_web",
             arguments: {query}}}], tool turns with the search_web response text; the last turn is an assistant
