@@ -82,6 +82,8 @@ def logical_to_spec(
     axes of size 1 are dropped, and with `shape` also a mesh axis whose size does not divide the dimension
     (so a tiny test model still shards cleanly on a large mesh: that dimension is replicated instead).
     """
+    if rules is not DEFAULT_RULES:
+        validate_rules(rules)
     used: set[str] = set()
     spec = []
     for i, name in enumerate(axes):
