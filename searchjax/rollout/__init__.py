@@ -1,7 +1,7 @@
 """Rollouts: the Qwen3.5 model behind JetStream's Engine API, the RL rollout driver and the search agent.
 
     from searchjax.rollout import SearchJaxEngine, RolloutDriver, Request, Completion, Sampling, \
-        AgentConfig, PromptItem, run_rollouts, RolloutRecord, write_jsonl, read_jsonl, to_arrays, serve
+        AgentConfig, PromptItem, SearchAgent, run_rollouts, RolloutRecord, write_jsonl, read_jsonl, to_arrays
 
 - `SearchJaxEngine` (a jetstream.engine.engine_api.Engine): prefill / insert / generate over slots, sampling with
   temperature, top-p and top-k, log μ_infer of every sampled token.
@@ -10,11 +10,21 @@
 - `serve`: JetStream's orchestrator and gRPC service with our engine, bound to 127.0.0.1 by default.
 """
 
+from searchjax.rollout.agent import AgentConfig, PromptItem, SearchAgent, run_rollouts
 from searchjax.rollout.driver import Completion, DriverStats, Request, RolloutDriver
 from searchjax.rollout.engine import DecodeState, JetStreamTokenizer, Prefix, SampledTokens, SearchJaxEngine
+from searchjax.rollout.records import RolloutRecord, read_jsonl, to_arrays, write_jsonl
 from searchjax.rollout.sampling import Sampling, SamplingArrays, sample, sampling_logprobs, token_logprobs
 
 __all__ = [
+    "AgentConfig",
+    "PromptItem",
+    "RolloutRecord",
+    "SearchAgent",
+    "read_jsonl",
+    "run_rollouts",
+    "to_arrays",
+    "write_jsonl",
     "Completion",
     "DecodeState",
     "DriverStats",

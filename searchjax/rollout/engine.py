@@ -177,6 +177,21 @@ class SearchJaxEngine(engine_api.Engine):
         self._replicated = NamedSharding(self._mesh, PartitionSpec())
         self._build_jitted()
 
+    @classmethod
+    def from_dir(cls, model_dir: str, tokenizer_path: str | None = None, **kwargs) -> "SearchJaxEngine":
+        """An engine over an HF checkpoint directory (config.json + safetensors) and its tokenizer.json.
+
+        The tokenizer is read from `tokenizer_path`, or from `model_dir` when not given.
+        """
+        cfg, params = M.load_hf(model_dir)
+        tokenizer = load_tokenizer(tokenizer_path or model_dir)
+        if tokenizer.vocab_size > cfg.vocab_size:
+            raise ValueError(
+                f"{tokenizer.source}: the tokenizer has {tokenizer.vocab_size} ids but the model in {model_dir} "
+                f"only {cfg.vocab_size} embedding rows"
+            )
+        return cls(cfg, params, tokenizer, **kwargs)
+
     # ---------------------------------------------------------------- jitted kernels
     def _build_jitted(self) -> None:
         cfg, max_len, dtype = self.cfg, self.max_len, self.cache_dtype
@@ -207,7 +222,24 @@ class SearchJaxEngine(engine_api.Engine):
 
         prefix_shardings = self._shardings(1, Prefix)
         state_shardings = self._shardings(self._batch, DecodeState)
+        def init_state():
+            self.trace_counts["init_decode_state"] += 1
+            b, shapes = self._batch, M.cache_shapes(cfg, self._batch, max_len, dtype)
+            return DecodeState(
+                cache=jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+                logits=jnp.zeros((b, cfg.vocab_size), jnp.float32),
+                sampling=SamplingArrays(
+                    temperature=jnp.full((b,), self.default_sampling.temperature, jnp.float32),
+                    top_p=jnp.full((b,), self.default_sampling.top_p, jnp.float32),
+                    top_k=jnp.full((b,), self.default_sampling.top_k, jnp.int32),
+                ),
+                keys=jnp.zeros((b, jax.random.key_data(self._base_key).shape[-1]), jnp.uint32),
+                generated=jnp.zeros((b,), jnp.int32),
+                active=jnp.zeros((b,), bool),
+            )
+
         self._fresh_cache = jax.jit(fresh_cache, out_shardings=prefix_shardings.cache)
+        self._init_state = jax.jit(init_state, out_shardings=state_shardings)
         self._prefill = jax.jit(prefill, out_shardings=prefix_shardings)
         self._insert = jax.jit(insert, donate_argnums=(1,), out_shardings=state_shardings)
         self._generate = jax.jit(
@@ -296,18 +328,9 @@ class SearchJaxEngine(engine_api.Engine):
         return state, SampledTokens(data, (0, 1), (1, 2), (2, 3), 1, logprobs=logprobs)
 
     def init_decode_state(self, *args, **kwargs) -> DecodeState:
+        """An empty decode state: every slot inactive, caches zero."""
         del args, kwargs
-        b, vocab = self._batch, self.cfg.vocab_size
-        key_width = jax.random.key_data(self._base_key).shape[-1]
-        state = DecodeState(
-            cache=M.init_cache(self.cfg, b, self.max_len, self.cache_dtype, mesh=self._mesh),
-            logits=jnp.zeros((b, vocab), jnp.float32),
-            sampling=SamplingArrays.of([self.default_sampling] * b),
-            keys=jnp.zeros((b, key_width), jnp.uint32),
-            generated=jnp.zeros((b,), jnp.int32),
-            active=jnp.zeros((b,), bool),
-        )
-        return jax.device_put(state, self._shardings(b, DecodeState))
+        return self._init_state()
 
     def get_prefix_destination_sharding(self) -> Prefix:
         """A Prefix of NamedShardings: the batch-1 cache by its logical axes, the rest replicated."""

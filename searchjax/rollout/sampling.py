@@ -71,8 +71,10 @@ def _truncation_threshold(z: jax.Array, top_p: jax.Array, top_k: jax.Array) -> j
     desc = jnp.where(rank < k, desc, NEG_INF)
     probs = jax.nn.softmax(desc, axis=-1)
     mass_before = jnp.cumsum(probs, axis=-1) - probs
-    # The first token is always kept; a later one while the mass before it is still short of p.
-    keep = (rank < k) & ((mass_before < top_p[:, None]) | (rank == 0))
+    # The first token is always kept; a later one while the mass before it is still short of p (top_p = 1 is
+    # "off": rounding in the cumulative sum must not drop the far tail).
+    p = top_p[:, None]
+    keep = (rank < k) & ((mass_before < p) | (p >= 1.0) | (rank == 0))
     count = jnp.sum(keep, axis=-1)
     return jnp.take_along_axis(desc, (count - 1)[:, None], axis=-1)[:, 0]
 

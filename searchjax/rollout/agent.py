@@ -1,0 +1,224 @@
+"""The multi-turn search agent: prompt → generate → search_web → … → final answer, one `RolloutRecord` each.
+
+A turn generates until `</tool_call>`, `<|im_end|>` or `<|endoftext|>`. A stop at `</tool_call>` is exact: the
+call is parsed (searchjax.chat.parse_assistant), executed by the rollout's `SearchTool` (which enforces the call
+budget and counts c_i, e_i), and the harness appends, with loss mask 0, the end of the assistant turn
+(`<|im_end|>\\n`), the tool response turn and the next generation prompt, all rendered by searchjax.chat's
+template and encoded on their own: the sampled ids are never re-tokenised (token-in/token-out).
+
+Malformed calls (parser errors, an unknown function) are not executed; they count as a call and a failure
+and get an error response. Every rollout ends with a complete record:
+
+    answer      a turn ended without a tool call (its content is the answer)
+    max_tokens  the rollout's policy-token budget (max_new_tokens over all turns) is spent
+    context     the sequence filled the engine's cache
+    budget      the model called the tool again after being told its call budget was used up
+
+Groups (RECIPE.md §2): G rollouts per prompt with independent keys fold_in(fold_in(key, p), i), and optionally
+one reference-model rollout per prompt (group_index −1, key fold_in(fold_in(key, p), G)) through the same driver
+with the reference params swapped in (RECIPE.md §4: the preference score and L^ref).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from searchjax.chat import encode_conversation, parse_assistant, render_segments
+from searchjax.chat.template import IM_END
+from searchjax.data.prompts import prompt_messages
+from searchjax.rollout.driver import Completion, Request, RolloutDriver
+from searchjax.rollout.records import POLICY, REFERENCE, RolloutRecord
+from searchjax.rollout.sampling import Sampling
+from searchjax.search import SEARCH_WEB_TOOL, TOOL_NAME, SearchBackend, SearchTool
+
+TOOLS = (SEARCH_WEB_TOOL,)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    """budget: search_web calls per rollout (b); max_new_tokens: policy tokens per rollout over all turns."""
+
+    budget: int = 5
+    max_new_tokens: int = 1024
+    sampling: Sampling = Sampling()
+    enable_thinking: bool = True
+
+    def __post_init__(self):
+        if self.budget < 0 or self.max_new_tokens < 1:
+            raise ValueError(f"AgentConfig: budget >= 0 and max_new_tokens >= 1 required, got {self}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptItem:
+    """A prompt to roll out: its id and its messages (system + user turns, OpenAI style)."""
+
+    prompt_id: str
+    messages: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], budget: int) -> "PromptItem":
+        """From a QA record ({id, question, ...}) or a rubric record ({id, messages, ...}) of the data issue."""
+        return cls(str(record["id"]), tuple(prompt_messages(dict(record), budget)))
+
+
+class _Rollout:
+    """The growing state of one rollout."""
+
+    def __init__(self, item: PromptItem, group_index: int, model: str, key, prompt: list[int], tool: SearchTool):
+        self.item, self.group_index, self.model, self.key, self.tool = item, group_index, model, key, tool
+        self.tokens, self.mask, self.logprobs = list(prompt), [0] * len(prompt), [0.0] * len(prompt)
+        self.prompt_length, self.rejected, self.turns = len(prompt), 0, 0
+        self.timings = {"decode_s": 0.0, "queued_s": 0.0, "tool_s": 0.0}
+        self.t0 = time.perf_counter()
+        self.record: RolloutRecord | None = None
+
+    @property
+    def calls(self) -> int:
+        return self.tool.calls + self.rejected
+
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        """Append policy ids (with their log μ) or, with logprobs None, harness ids (mask 0)."""
+        self.tokens += [int(i) for i in ids]
+        self.mask += [0 if logprobs is None else 1] * len(ids)
+        self.logprobs += [0.0] * len(ids) if logprobs is None else [float(x) for x in logprobs]
+
+    def finish(self, reason: str, answer: str) -> RolloutRecord:
+        self.timings.update(turns=float(self.turns), wall_s=time.perf_counter() - self.t0)
+        self.record = RolloutRecord(
+            prompt_id=self.item.prompt_id, group_index=self.group_index, tokens=self.tokens, loss_mask=self.mask,
+            logprobs=self.logprobs, prompt_length=self.prompt_length, tool_calls=self.calls,
+            tool_failures=self.tool.failures + self.rejected, response_length=sum(self.mask), answer=answer,
+            finish_reason=reason, model=self.model, timings=dict(self.timings),
+        )
+        return self.record
+
+
+class SearchAgent:
+    """Runs rollouts of the search agent through a `RolloutDriver` (see module docstring)."""
+
+    def __init__(self, driver: RolloutDriver, backend: SearchBackend, config: AgentConfig):
+        self.driver, self.backend, self.config = driver, backend, config
+        self.tokenizer = driver.tokenizer
+        special = self.tokenizer.special
+        self.stop_ids = (special.tool_call_end, special.im_end, special.endoftext)
+        self.tool_call_end = special.tool_call_end
+
+    def prompt_ids(self, item: PromptItem) -> list[int]:
+        """The rendered prompt (tools in the system turn, generation prompt at the end) as ids."""
+        ids, _ = encode_conversation(
+            list(item.messages), self.tokenizer, tools=list(TOOLS), add_generation_prompt=True,
+            enable_thinking=self.config.enable_thinking,
+        )
+        return ids.tolist()
+
+    def tool_turn_ids(self, responses: Sequence[str], after_tool_call: bool) -> list[int]:
+        """Ids the harness appends after a tool-calling turn: end of turn, tool response(s), generation prompt."""
+        msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]
+        msgs += [{"role": "tool", "content": text} for text in responses]
+        segments = render_segments(msgs, add_generation_prompt=True, enable_thinking=self.config.enable_thinking)
+        body = max(i for i, s in enumerate(segments) if s.trainable)
+        # segments[body] ends in <|im_end|>, segments[body + 1] is the newline after it.
+        tail = "".join(s.text for s in segments[body + 1 :])
+        return self.tokenizer.encode((IM_END if after_tool_call else "") + tail)
+
+    def _request(self, r: _Rollout) -> Request:
+        remaining = self.config.max_new_tokens - sum(r.mask)
+        return Request(
+            prompt=tuple(r.tokens), max_new_tokens=remaining, key=jax.random.fold_in(r.key, r.turns),
+            sampling=self.config.sampling, stop_token_ids=self.stop_ids, tag=r,
+        )
+
+    def _execute(self, r: _Rollout, parsed) -> list[str]:
+        """Run the turn's tool calls; malformed ones are rejected with an error response."""
+        t0 = time.perf_counter()
+        responses = []
+        calls = parsed.tool_calls
+        if not calls:  # a stray </tool_call>: a malformed call
+            r.rejected += 1
+            responses.append("Error: malformed tool call: " + "; ".join(parsed.errors or ["no <tool_call> block"]))
+        for call in calls:
+            if call.ok and call.name == TOOL_NAME:
+                responses.append(r.tool.call(dict(call.arguments)).text)
+            else:
+                r.rejected += 1
+                responses.append("Error: malformed tool call: " + "; ".join(call.errors or [f"unknown tool {call.name!r}"]))
+        r.timings["tool_s"] += time.perf_counter() - t0
+        return responses
+
+    def on_turn(self, c: Completion) -> list[Request]:
+        """Consume one finished turn; return the next turn's request, or [] when the rollout is complete."""
+        r: _Rollout = c.request.tag
+        r.add(c.tokens, c.logprobs)
+        r.turns += 1
+        r.timings["decode_s"] += c.decode_s
+        r.timings["queued_s"] += c.queued_s
+        parsed = parse_assistant(self.tokenizer.decode(c.tokens), list(TOOLS), thinking=self.config.enable_thinking)
+        if c.finish_reason in ("context", "max_tokens"):
+            r.finish(c.finish_reason, parsed.content)
+            return []
+        called = c.stop == self.tool_call_end or bool(parsed.tool_calls)
+        if not called:
+            r.finish("answer", parsed.content)
+            return []
+        responses = self._execute(r, parsed)
+        if r.calls > self.config.budget + 1:
+            r.finish("budget", parsed.content)
+            return []
+        r.add(self.tool_turn_ids(responses, after_tool_call=c.stop == self.tool_call_end), None)
+        if len(r.tokens) >= self.driver.engine.max_len:
+            r.finish("context", parsed.content)
+            return []
+        if sum(r.mask) >= self.config.max_new_tokens:
+            r.finish("max_tokens", parsed.content)
+            return []
+        return [self._request(r)]
+
+    def rollouts(
+        self, items: Sequence[PromptItem], group_size: int, key: jax.Array, model: str = POLICY,
+        on_record: Callable[[RolloutRecord], None] | None = None,
+    ) -> list[RolloutRecord]:
+        """Roll out every item `group_size` times (policy) or once (reference, group_index −1)."""
+        states = []
+        for p, item in enumerate(items):
+            prompt = self.prompt_ids(item)
+            base = jax.random.fold_in(key, p)
+            indices = range(group_size) if model == POLICY else [-1]
+            for i in indices:
+                k = jax.random.fold_in(base, group_size if i < 0 else i)
+                states.append(_Rollout(item, i, model, k, prompt, SearchTool(self.backend, self.config.budget)))
+
+        def on_finish(c: Completion) -> list[Request]:
+            follow = self.on_turn(c)
+            if not follow and on_record is not None:
+                on_record(c.request.tag.record)
+            return follow
+
+        self.driver.run([self._request(r) for r in states], on_finish=on_finish)
+        return [r.record for r in states]
+
+
+def run_rollouts(
+    agent: SearchAgent, items: Sequence[PromptItem], group_size: int, key: jax.Array,
+    reference_params: Any = None, on_record: Callable[[RolloutRecord], None] | None = None,
+) -> list[RolloutRecord]:
+    """G policy rollouts per prompt, then (with reference_params) one reference rollout per prompt.
+
+    The reference rollouts run through the same driver with the reference weights swapped in (no recompile);
+    the policy weights are restored afterwards.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    records = agent.rollouts(items, group_size, key, POLICY, on_record)
+    if reference_params is not None:
+        policy = agent.driver.params
+        agent.driver.set_params(reference_params)
+        try:
+            records += agent.rollouts(items, group_size, key, REFERENCE, on_record)
+        finally:
+            agent.driver.params = policy
+    return records

@@ -1,0 +1,95 @@
+"""JetStream's orchestrator and gRPC service with `SearchJaxEngine`, bound to 127.0.0.1 unless told otherwise.
+
+JetStream 0.2.2's `server_lib.run` always binds every interface ("[::]"). We run the same pieces ourselves: its
+`orchestrator.Driver` (interleaved mode: one engine does prefill and generate with one params tree) and its
+`LLMOrchestrator` servicer (the Decode and HealthCheck RPCs, text or token inputs), on a `grpc.aio` server
+bound to the host we are given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent import futures
+
+import grpc
+
+from searchjax.rollout.engine import SearchJaxEngine
+from searchjax.rollout.jetstream_compat import jetstream_pb2, jetstream_pb2_grpc, orchestrator
+
+
+def make_driver(engine: SearchJaxEngine, params=None) -> "orchestrator.Driver":
+    """JetStream's Driver over one engine in interleaved mode (its threads start immediately)."""
+    params = engine.load_params() if params is None else params
+    return orchestrator.Driver(
+        prefill_engines=[engine], generate_engines=[engine], prefill_params=[params], generate_params=[params],
+        interleaved_mode=True,
+    )
+
+
+class RolloutServer:
+    """The Decode gRPC service on `host:port` (port 0 picks a free one; `.port` is the bound port)."""
+
+    def __init__(self, engine: SearchJaxEngine, host: str = "127.0.0.1", port: int = 0, threads: int | None = None):
+        self.driver = make_driver(engine)
+        self._executor = futures.ThreadPoolExecutor(max_workers=threads or max(engine.max_concurrent_decodes, 8))
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_default_executor(self._executor)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)
+        self._thread.start()
+
+        async def build():
+            server = grpc.aio.server(self._executor)
+            jetstream_pb2_grpc.add_OrchestratorServicer_to_server(orchestrator.LLMOrchestrator(self.driver), server)
+            bound = server.add_insecure_port(f"{host}:{port}")
+            if bound == 0:
+                raise OSError(f"could not bind the gRPC server to {host}:{port}")
+            await server.start()
+            return server, bound
+
+        try:
+            self._server, self.port = self._run(build())
+        except BaseException:
+            self._shutdown_threads()
+            raise
+        self.host = host
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _shutdown_threads(self) -> None:
+        self.driver.stop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._executor.shutdown(wait=False)
+
+    def wait_for_termination(self) -> None:
+        try:
+            self._run(self._server.wait_for_termination())
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the RPCs, then JetStream's driver threads and the event loop."""
+        if self._thread.is_alive():
+            self._run(self._server.stop(grace=1.0))
+            self._shutdown_threads()
+
+
+def decode(address: str, *, text: str | None = None, token_ids: list[int] | None = None, max_tokens: int,
+           timeout_s: float = 120.0) -> tuple[str, list[int]]:
+    """A blocking Decode RPC client: (text, token ids) of the whole streamed answer."""
+    if (text is None) == (token_ids is None):
+        raise ValueError("decode: give exactly one of text or token_ids")
+    if text is not None:
+        request = jetstream_pb2.DecodeRequest(max_tokens=max_tokens, text_content={"text": text})
+    else:
+        request = jetstream_pb2.DecodeRequest(max_tokens=max_tokens, token_content={"token_ids": token_ids})
+    pieces, ids = [], []
+    with grpc.insecure_channel(address) as channel:
+        stub = jetstream_pb2_grpc.OrchestratorStub(channel)
+        for response in stub.Decode(request, timeout=timeout_s):
+            for sample in response.stream_content.samples:
+                pieces.append(sample.text)
+                ids.extend(sample.token_ids)
+    return "".join(pieces), ids
