@@ -2,7 +2,10 @@
 
     source_i = EpochShuffle(records_i[p::P], seed_i)                (p = process index, P = process count)
     mixed    = mix(source_1 … source_n, weights)                   (RECIPE.md §3.3: 90% QA, 10% rubric chat)
-    batches  = mixed.batch(B, drop_remainder=True)
+    batches  = mixed.batch(B, drop_remainder=True).map(Encoder)    (render + tokenize + pad, a batch at a time)
+
+Rendering and tokenizing a whole batch at once lets the shared system + tools prefix be encoded once and the rest
+go through one `encode_batch` call; the result is the same as per-example encode(render(...)) (tested).
 
 Everything upstream of the iterator is a grain `MapDataset`, i.e. random access by index: the order is a pure
 function of (records, seed, weights, p, P), each process sees a disjoint share of every source, and the iterator
