@@ -77,6 +77,9 @@ class _Rollout:
         self.t0 = time.perf_counter()
         self.record: RolloutRecord | None = None
 
+    def __repr__(self) -> str:
+        return f"rollout({self.item.prompt_id!r}, group_index={self.group_index}, {self.model})"
+
     @property
     def calls(self) -> int:
         return self.tool.calls + self.rejected

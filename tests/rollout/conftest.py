@@ -12,7 +12,9 @@ import jax.numpy as jnp
 import pytest
 
 from searchjax import model as M
-from searchjax.chat import render_tool_call, train_tokenizer
+from searchjax.chat import render, render_tool_call, train_tokenizer
+from searchjax.data.prompts import prompt_messages
+from searchjax.search import SEARCH_WEB_TOOL
 from searchjax.rollout import Sampling, SearchJaxEngine
 
 CORPUS = (
@@ -27,8 +29,10 @@ CORPUS = (
 def tokenizer(tmp_path_factory):
     root = tmp_path_factory.mktemp("tok")
     corpus = root / "corpus.txt"
-    corpus.write_text(CORPUS * 20)
-    return train_tokenizer([str(corpus)], 420, str(root / "tokenizer.json"))
+    # The agent's rendered prompt is in the corpus so that it compresses to a few hundred tokens.
+    prompt = render(prompt_messages({"question": "Which river?"}, 2), tools=[SEARCH_WEB_TOOL])
+    corpus.write_text((CORPUS + prompt) * 20)
+    return train_tokenizer([str(corpus)], 800, str(root / "tokenizer.json"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,214 @@
+"""The search agent: record schema, tool turns, budgets, malformed and never-stopping models, groups, reference.
+
+Most agent logic is driven by `ScriptedDriver`, a test double that plays given assistant texts token by token
+with the real tokenizer (so the harness, the parser, the template and the search tool are all real). The
+groups / reference / μ_infer tests use the real engine.
+"""
+
+import dataclasses
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from searchjax import model as M
+from searchjax.chat import render
+from searchjax.rollout import (
+    AgentConfig, PromptItem, RolloutDriver, Sampling, SearchAgent, read_jsonl, run_rollouts, to_arrays, write_jsonl,
+)
+from searchjax.rollout.agent import TOOLS
+from searchjax.rollout.driver import Completion
+from searchjax.rollout.sampling import SamplingArrays, sampling_logprobs
+from searchjax.search import MemoryBackend
+
+DOCS = [
+    {"title": "France", "url": "https://w.example/france", "text": "Paris is the capital of France."},
+    {"title": "Bath", "url": "https://w.example/bath", "text": "The river Avon flows through Bath."},
+]
+CALL = "I should search.\n</think>\n\n<tool_call>\n<function=search_web>\n<parameter=query>\ncapital of France\n</parameter>\n</function>\n</tool_call>"
+ANSWER = "Found it.\n</think>\n\nParis<|im_end|>"
+LOGP = -0.25
+
+
+class CountingBackend(MemoryBackend):
+    def __init__(self, docs):
+        super().__init__(docs)
+        self.queries = []
+
+    def search(self, query, k=10):
+        self.queries.append(query)
+        return super().search(query, k)
+
+
+class ScriptedDriver:
+    """Plays `script[turn]` for every rollout, stopping like the real driver (stop ids, then max_new_tokens).
+
+    A text without a stop token is repeated until max_new_tokens: a model that never stops.
+    """
+
+    def __init__(self, tokenizer, script, max_len=4096):
+        self.tokenizer, self.script = tokenizer, script
+        self.engine = types.SimpleNamespace(max_len=max_len)
+        self.params = None
+
+    def run(self, requests, on_finish=None):
+        pending, done = list(requests), []
+        while pending:
+            r = pending.pop(0)
+            turn = r.tag.turns
+            ids = self.tokenizer.encode(self.script[min(turn, len(self.script) - 1)])
+            while len(ids) < r.max_new_tokens and not set(ids) & set(r.stop_token_ids):
+                ids = ids + ids
+            stop = next((k for k, t in enumerate(ids) if t in r.stop_token_ids), None)
+            if stop is not None and stop < r.max_new_tokens:
+                ids, reason, token = ids[: stop + 1], "stop_token", ids[stop]
+            else:
+                ids, reason, token = ids[: r.max_new_tokens], "max_tokens", None
+            c = Completion(r, np.asarray(ids, np.int32), np.full(len(ids), LOGP, np.float32), reason, token, 0.0, 0.0)
+            done.append(c)
+            pending += list(on_finish(c) or ()) if on_finish else []
+        return done
+
+
+def _item(question="What is the capital of France?", budget=2):
+    return PromptItem.from_record({"id": "q1", "question": question, "answer": "Paris"}, budget)
+
+
+def _run(tokenizer, script, budget=2, max_new=200, backend=None):
+    backend = backend or CountingBackend(DOCS)
+    agent = SearchAgent(ScriptedDriver(tokenizer, script), backend, AgentConfig(budget, max_new))
+    records = run_rollouts(agent, [_item(budget=budget)], 1, jax.random.key(0))
+    assert len(records) == 1
+    records[0].check()
+    return records[0], backend, agent
+
+
+def _policy_spans(record):
+    """The token runs where loss_mask is 1."""
+    spans, start = [], None
+    for t, m in enumerate(record.loss_mask + [0]):
+        if m and start is None:
+            start = t
+        if not m and start is not None:
+            spans.append(record.tokens[start:t])
+            start = None
+    return spans
+
+
+def test_search_then_answer_gives_the_rendered_conversation(tokenizer):
+    record, backend, agent = _run(tokenizer, [CALL, ANSWER])
+    assert backend.queries == ["capital of France"]
+    assert (record.tool_calls, record.tool_failures, record.finish_reason, record.answer) == (1, 0, "answer", "Paris")
+    # Token-in/token-out: the policy spans are exactly the sampled ids of each turn.
+    assert _policy_spans(record) == [tokenizer.encode(CALL), tokenizer.encode(ANSWER)]
+    assert record.response_length == len(tokenizer.encode(CALL)) + len(tokenizer.encode(ANSWER))
+    assert all((lp == LOGP) == bool(m) for lp, m in zip(record.logprobs, record.loss_mask))
+    # The whole sequence is the chat template's rendering of the conversation (tool response included).
+    result = agent.tokenizer.decode(record.tokens[record.prompt_length :])
+    messages = list(_item().messages) + [
+        {"role": "assistant", "reasoning_content": "I should search.", "content": "",
+         "tool_calls": [{"name": "search_web", "arguments": {"query": "capital of France"}}]},
+        {"role": "tool", "content": result.split("<tool_response>\n")[1].split("\n</tool_response>")[0]},
+        {"role": "assistant", "reasoning_content": "Found it.", "content": "Paris"},
+    ]
+    assert tokenizer.decode(record.tokens) == render(messages, tools=list(TOOLS), add_generation_prompt=False).rstrip("\n")
+    assert "Paris is the capital of France." in result
+
+
+def test_loss_mask_never_covers_tool_response_tokens(tokenizer):
+    record, _, _ = _run(tokenizer, [CALL, CALL, ANSWER], budget=3)
+    s = tokenizer.special
+    inside = False
+    for t, m in zip(record.tokens, record.loss_mask):
+        inside = (inside or t == s.tool_response) and t != s.tool_response_end
+        assert not (inside and m), "a tool-response token is in the loss mask"
+    assert record.tokens.count(s.tool_response) == 2 and record.loss_mask[: record.prompt_length] == [0] * record.prompt_length
+
+
+def test_budget_zero_executes_no_search(tokenizer):
+    record, backend, _ = _run(tokenizer, [CALL, ANSWER], budget=0)
+    assert backend.queries == []
+    assert (record.tool_calls, record.tool_failures, record.finish_reason) == (1, 1, "answer")
+    assert "budget" in tokenizer.decode(record.tokens[record.prompt_length :])
+
+
+def test_calling_again_past_the_budget_ends_the_rollout(tokenizer):
+    record, backend, _ = _run(tokenizer, [CALL], budget=1)
+    assert len(backend.queries) == 1
+    assert (record.tool_calls, record.tool_failures, record.finish_reason) == (3, 2, "budget")
+
+
+@pytest.mark.parametrize("bad", [
+    "</think>\n\n<tool_call>\n<function=search_web>\n</function>\n</tool_call>",  # required query missing
+    "</think>\n\n<tool_call>\n<function=open_url>\n<parameter=url>\nx\n</parameter>\n</function>\n</tool_call>",
+    "</think>\n\n<tool_call>garbage</tool_call>",
+    "</think>\n\n</tool_call>",
+])
+def test_malformed_tool_calls_still_give_a_complete_record(tokenizer, bad):
+    record, backend, _ = _run(tokenizer, [bad, ANSWER])
+    assert backend.queries == []
+    assert (record.tool_calls, record.tool_failures, record.finish_reason, record.answer) == (1, 1, "answer", "Paris")
+
+
+def test_a_model_that_never_stops_gives_a_complete_record(tokenizer):
+    record, _, _ = _run(tokenizer, ["the river Avon "], max_new=37)
+    assert (record.finish_reason, record.response_length, record.tool_calls) == ("max_tokens", 37, 0)
+
+
+def test_records_round_trip_jsonl_and_pad(tokenizer, tmp_path):
+    a, _, _ = _run(tokenizer, [CALL, ANSWER])
+    b, _, _ = _run(tokenizer, ["the river Avon "], max_new=5)
+    path = tmp_path / "r.jsonl"
+    assert write_jsonl([a, b], path) == 2
+    assert read_jsonl(path) == [a, b]
+    arrays = to_arrays([a, b], pad_id=tokenizer.special.pad)
+    assert arrays["tokens"].shape == (2, len(a.tokens))
+    np.testing.assert_array_equal(arrays["tokens"][1, len(b.tokens) :], tokenizer.special.pad)
+    np.testing.assert_array_equal(arrays["loss_mask"].sum(1), [a.response_length, b.response_length])
+    np.testing.assert_array_equal(arrays["tool_calls"], [1, 0])
+    with pytest.raises(ValueError, match="longer than max_len"):
+        to_arrays([a], max_len=10)
+    bad = dataclasses.replace(b, logprobs=[-1.0] * len(b.tokens))
+    with pytest.raises(ValueError, match="logprobs must be 0"):
+        bad.check()
+
+
+def test_groups_and_reference_with_the_real_engine(engine, params, cfg, tokenizer):
+    driver = RolloutDriver(engine, params)
+    agent = SearchAgent(driver, CountingBackend(DOCS), AgentConfig(budget=2, max_new_tokens=6, sampling=Sampling(1.0)))
+    items = [_item(), PromptItem.from_record({"id": "q2", "question": "Which river flows through Bath?"}, 2)]
+    reference = params.replace(lm_head=-params.lm_head)
+    policy_params = driver.params
+    records = run_rollouts(agent, items, 3, jax.random.key(5), reference_params=reference)
+    assert driver.params is policy_params
+    assert [(r.prompt_id, r.group_index, r.model) for r in records] == [
+        ("q1", 0, "policy"), ("q1", 1, "policy"), ("q1", 2, "policy"),
+        ("q2", 0, "policy"), ("q2", 1, "policy"), ("q2", 2, "policy"),
+        ("q1", -1, "reference"), ("q2", -1, "reference"),
+    ]
+    for r in records:
+        r.check()
+    group = [tuple(r.tokens[r.prompt_length :]) for r in records[:3]]
+    assert len(set(group)) == 3, "independent keys give different rollouts"
+    # μ_infer of a whole agent record equals the training forward pass (reference weights for the reference).
+    for r, p in ((records[0], params), (records[-1], reference)):
+        padded = np.zeros((1, 512), np.int32)  # one shape for both: one compilation
+        padded[0, : len(r.tokens)] = r.tokens
+        logits = M.forward(p, jnp.asarray(padded), cfg)[0]
+        at = np.flatnonzero(r.loss_mask)
+        logp = sampling_logprobs(logits[at - 1], SamplingArrays.of([Sampling(1.0)] * len(at)))
+        np.testing.assert_allclose(np.asarray(r.logprobs)[at], np.asarray(logp)[np.arange(len(at)), np.asarray(r.tokens)[at]], atol=1e-4)
+
+
+def test_a_real_model_stops_exactly_at_tool_call_end(engine, params, tokenizer, scripted):
+    """The real engine, scripted to emit <tool_call></tool_call> after each generation prompt."""
+    s = tokenizer.special
+    newline = tokenizer.encode("\n")[0]
+    driver = RolloutDriver(engine, scripted(params, {newline: s.tool_call, s.tool_call: s.tool_call_end, s.tool_call_end: s.tool_call}))
+    agent = SearchAgent(driver, CountingBackend(DOCS), AgentConfig(budget=1, max_new_tokens=50, sampling=Sampling(1.0)))
+    (record,) = run_rollouts(agent, [_item(budget=1)], 1, jax.random.key(0))
+    record.check()
+    assert _policy_spans(record) == [[s.tool_call, s.tool_call_end]] * 3
+    assert (record.tool_calls, record.tool_failures, record.finish_reason) == (3, 3, "budget")
