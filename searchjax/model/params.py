@@ -216,27 +216,35 @@ def param_shardings(cfg: ModelConfig, mesh: Mesh) -> Params:
     return jax.tree.map(lambda s: logical_sharding(mesh, s.axes, s.shape), param_specs(cfg), is_leaf=_is_spec)
 
 
-def _init_one(spec: ParamSpec, key: jax.Array, dtype) -> jax.Array:
+def _init_one(spec: ParamSpec, z: jax.Array | None, dtype) -> jax.Array:
+    """Value of one parameter from its slice `z` of a shared standard-normal draw (None for constant inits)."""
     dt = _dtype(spec, dtype)
     if spec.init == "zeros":
         return jnp.zeros(spec.shape, dt)
     if spec.init == "ones":
         return jnp.ones(spec.shape, dt)
-    if spec.init == "a_log":
-        return jnp.log(jax.random.uniform(key, spec.shape, jnp.float32, 1e-3, 16.0)).astype(dt)
-    return (0.02 * jax.random.normal(key, spec.shape, jnp.float32)).astype(dt)
+    z = z.reshape(spec.shape)
+    if spec.init == "a_log":  # A ~ U(1e-3, 16) via the normal CDF, A_log = log A
+        u = 0.5 * (1.0 + jax.lax.erf(z / jnp.sqrt(2.0)))
+        return jnp.log(1e-3 + u * (16.0 - 1e-3)).astype(dt)
+    return (0.02 * z).astype(dt)
 
 
 def init_params(cfg: ModelConfig, key: jax.Array, dtype="float32", mesh: Mesh | None = None) -> Params:
     """Random parameters (HF-style init), created already sharded when `mesh` is given.
 
-    Each leaf gets its own key (fold_in of its flat index), so values do not depend on the mesh.
+    All random leaves are cut from ONE standard-normal draw of their total size (one RNG kernel to compile
+    instead of one per leaf, which on CPU costs seconds each), so values do not depend on the mesh. The draw is
+    materialised whole, so this is meant for test/benchmark sizes; full-size models come from `load_hf`.
     """
     specs = param_specs(cfg)
     leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
+    sizes = [math.prod(s.shape) if s.init in ("normal", "a_log") else 0 for s in leaves]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
 
     def init(k):
-        vals = [_init_one(s, jax.random.fold_in(k, i), dtype) for i, s in enumerate(leaves)]
+        z = jax.random.normal(k, (max(1, sum(sizes)),), jnp.float32)
+        vals = [_init_one(s, z[o:o + n] if n else None, dtype) for s, o, n in zip(leaves, offsets, sizes)]
         return jax.tree.unflatten(treedef, vals)
 
     out_shardings = param_shardings(cfg, mesh) if mesh is not None else None

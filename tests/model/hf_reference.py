@@ -33,7 +33,7 @@ def hf_model(cfg: ModelConfig, seed: int) -> Qwen3_5MoeForCausalLM:
 
 def hf_logits(model, tokens: np.ndarray) -> np.ndarray:
     with torch.no_grad():
-        return model(torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.float().numpy()
+        return model(torch.tensor(np.array(tokens), dtype=torch.long)).logits.float().numpy()
 
 
 def save_per_expert(model, path: Path) -> Path:

@@ -1,0 +1,127 @@
+"""Decode cache: prefill + decode ≡ full forward (padded rows, continuation, inactive rows, slot insert),
+causality, and bf16. Every test uses batch 3, prompt chunks of 12 and a 16-slot cache, so compiled functions are
+shared."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from searchjax.model import decode_step, forward, init_cache, insert_cache, prefill
+from searchjax.testing.models import random_tokens, tiny_model
+
+ATOL = 2e-5  # fp32, logits of size ~1: different summation orders only
+B, T, S = 3, 12, 16
+
+
+def scaled_model(name):
+    cfg, params = tiny_model(name, seed=7)
+    # Larger weights than the 0.02 init so that every layer visibly changes the logits; chunk 4 = many chunks.
+    params = jax.tree.map(lambda a: a * 4.0 if a.ndim >= 2 else a, params)
+    return cfg.replace(chunk_size=4), params
+
+
+@pytest.fixture(scope="module")
+def model():
+    return scaled_model("tiny")
+
+
+def rows(full, idx):
+    return full[jnp.arange(full.shape[0]), jnp.asarray(idx)]
+
+
+def pad_to(tokens, t=T):
+    return jnp.pad(tokens, [(0, 0), (0, t - tokens.shape[1])], constant_values=5)
+
+
+@pytest.mark.parametrize("name", ["tiny", "alt"])
+def test_padded_prefill_then_decode_equals_forward(name):
+    cfg, params = scaled_model(name)
+    full = random_tokens(0, B, S, cfg.vocab_size)
+    lengths = jnp.array([12, 7, 3], jnp.int32)
+    ref = np.asarray(forward(params, full, cfg))
+    junk = random_tokens(1, B, T, cfg.vocab_size)
+    prompt = jnp.where(jnp.arange(T)[None] < lengths[:, None], full[:, :T], junk)
+    logits, cache = prefill(params, prompt, cfg, init_cache(cfg, B, S), lengths)
+    for b, n in enumerate(np.asarray(lengths)):
+        np.testing.assert_allclose(logits[b, :n], ref[b, :n], atol=ATOL)
+    for i in range(4):
+        pos = np.asarray(lengths) + i
+        step, cache = decode_step(params, rows(full, pos), cfg, cache)
+        np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+    np.testing.assert_array_equal(cache.lengths, lengths + 4)
+
+
+def test_multi_token_continuation(model):
+    cfg, params = model
+    full = random_tokens(2, B, S, cfg.vocab_size)
+    ref = np.asarray(forward(params, full, cfg))
+    _, cache = prefill(params, pad_to(full[:, :5]), cfg, init_cache(cfg, B, S), jnp.array([5, 5, 2]))
+    n2 = np.array([6, 4, 9])
+    parts = [full[0:1, 5:11], full[1:2, 5:9], full[2:3, 2:11]]  # continue rows 0, 1 at 5 and row 2 at 2
+    cont = jnp.concatenate([pad_to(x) for x in parts])
+    logits, cache = prefill(params, cont, cfg, cache, jnp.asarray(n2))
+    np.testing.assert_allclose(logits[0, :6], ref[0, 5:11], atol=ATOL)
+    np.testing.assert_allclose(logits[1, :4], ref[1, 5:9], atol=ATOL)
+    np.testing.assert_allclose(logits[2, :9], ref[2, 2:11], atol=ATOL)
+    pos = np.array([11, 9, 11])
+    step, cache = decode_step(params, rows(full, pos), cfg, cache)
+    np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+
+
+def test_inactive_rows_leave_cache_unchanged(model):
+    cfg, params = model
+    full = random_tokens(3, B, S, cfg.vocab_size)
+    ref = np.asarray(forward(params, full, cfg))
+    _, cache = prefill(params, pad_to(full[:, :4]), cfg, init_cache(cfg, B, S), jnp.array([4, 4, 4]))
+    row1 = lambda c: jax.tree.map(lambda a: np.asarray(a[:, 1]) if a.ndim > 1 else np.asarray(a[1]), c)  # noqa
+    before = row1(cache)
+    _, cache = decode_step(params, full[:, 4], cfg, cache, jnp.array([True, False, True]))
+    jax.tree.map(np.testing.assert_array_equal, before, row1(cache))
+    pos = np.array([5, 4, 5])
+    step, cache = decode_step(params, rows(full, pos), cfg, cache)
+    np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+
+
+def test_insert_cache_into_slot(model):
+    cfg, params = model
+    full = random_tokens(4, B, S, cfg.vocab_size)
+    ref = np.asarray(forward(params, full, cfg))
+    _, batch = prefill(params, pad_to(full[:, :6]), cfg, init_cache(cfg, B, S), jnp.array([6, 6, 6]))
+    _, one = prefill(params, pad_to(full[1:2, :3]), cfg, init_cache(cfg, 1, S), jnp.array([3]))
+    batch = insert_cache(batch, one, 1)
+    np.testing.assert_array_equal(batch.lengths, [6, 3, 6])
+    pos = np.array([6, 3, 6])
+    step, batch = decode_step(params, rows(full, pos), cfg, batch)
+    np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+    with pytest.raises(ValueError, match="one_cache holds 5 positions, batch_cache 16"):
+        insert_cache(batch, init_cache(cfg, 1, 5), 0)
+
+
+def test_causality(model):
+    """∂ logits[t] / ∂ embedding of any later token is exactly zero (distinct tokens; untied unembedding)."""
+    cfg, params = model
+    tokens = (jnp.arange(S, dtype=jnp.int32) * 7 + 3)[None] % cfg.vocab_size
+    grad_fn = jax.jit(jax.grad(lambda e, t: forward(params.replace(embed=e), tokens, cfg)[0, t].sum()))
+    for t in (0, 5, 13):
+        grad = np.asarray(grad_fn(params.embed, t))
+        later, upto = np.asarray(tokens[0, t + 1:]), np.asarray(tokens[0, : t + 1])
+        assert np.all(grad[later] == 0.0)
+        assert np.all(np.abs(grad[upto]).sum(axis=-1) > 0)
+
+
+def test_bfloat16_forward_and_decode_close_to_fp32():
+    cfg, params = tiny_model("tiny", seed=7)
+    tokens = random_tokens(5, B, S, cfg.vocab_size)
+    ref = np.asarray(forward(params, tokens, cfg))
+    _, p16 = tiny_model("tiny", seed=7, dtype="bfloat16")  # the same draw, rounded; A_log stays fp32
+    assert p16.embed.dtype == jnp.bfloat16 and p16.linear.a_log.dtype == jnp.float32
+    out = forward(p16, tokens, cfg)
+    # bf16 keeps ~3 significant digits; a rare routing flip moves a token's logits by a few %.
+    scale, err = np.abs(ref).max(), np.abs(np.asarray(out) - ref)
+    assert out.dtype == jnp.float32
+    assert err.max() <= 0.05 * scale and err.mean() <= 0.01 * np.abs(ref).mean()
+    logits, cache = prefill(p16, tokens[:, :T], cfg, init_cache(cfg, B, S, jnp.bfloat16), jnp.full((B,), T))
+    assert cache.state.dtype == jnp.float32 and cache.k.dtype == jnp.bfloat16
+    step, _ = decode_step(p16, tokens[:, T], cfg, cache)
+    assert np.abs(np.asarray(step) - ref[:, T]).max() <= 0.05 * scale
