@@ -35,7 +35,8 @@ def group_advantages(
         Â_i =  R_i − mean_{j∈g} R_j                               (normalize_std=False, the ablation)
 
     mean and std run over the valid rollouts of group g only; std is the population std (ddof = 0), so a group
-    with one valid rollout (G = 1, or all but one padded) or with equal rewards gets Â = 0, never NaN.
+    with one valid rollout (G = 1, or all but one padded) or with equal rewards gets Â = 0 exactly, never NaN
+    (computed on R − max_g R, which changes nothing in exact arithmetic).
 
     Args:
       rewards: [N, G] float rewards R(τ_i).
@@ -50,8 +51,12 @@ def group_advantages(
         raise ValueError(f"group_advantages: rewards must be [N, G], got shape {rewards.shape}")
     rewards = rewards.astype(jnp.float32)
     mask = as_mask(mask, rewards.shape, "group_advantages")
-    mean, _ = masked_group_mean(rewards, mask)
-    centred = jnp.where(mask, rewards - mean[:, None], 0.0)
+    # Shift by the group's best valid reward first: an all-equal group becomes exactly 0 (a float32 mean of
+    # equal values need not round back to the value, and ε would blow that rounding up to an O(1) advantage).
+    best = jnp.where(mask, rewards, -jnp.inf).max(axis=-1, keepdims=True)
+    shifted = jnp.where(mask, rewards - jnp.where(jnp.isfinite(best), best, 0.0), 0.0)
+    mean, _ = masked_group_mean(shifted, mask)
+    centred = jnp.where(mask, shifted - mean[:, None], 0.0)
     if normalize_std:
         var, _ = masked_group_mean(centred**2, mask)
         centred = centred / (jnp.sqrt(var)[:, None] + eps)

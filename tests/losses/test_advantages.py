@@ -37,7 +37,7 @@ class HandComputedTest(chex.TestCase):
         np.testing.assert_array_equal(out, [[0.0], [0.0]])
 
 
-rewards_st = hnp.arrays(np.float32, (3, 5), elements=st.floats(-2, 2, width=32))
+rewards_st = hnp.arrays(np.float32, (3, 5), elements=st.floats(-2, 2, width=32, allow_subnormal=False))
 masks_st = hnp.arrays(bool, (3, 5))
 
 
@@ -71,3 +71,11 @@ def test_bad_shape_raises():
         group_advantages(jnp.zeros(4))
     with pytest.raises(ValueError, match="mask shape"):
         group_advantages(jnp.zeros((2, 2)), jnp.ones((2, 3), bool))
+
+
+@pytest.mark.parametrize("value", [1.6456013, 6.6456013, -123.456, 1e6 / 3])
+def test_equal_rewards_give_exactly_zero(value):
+    # A float32 mean of equal values need not round back to the value; the advantage must still be 0.
+    rewards = jnp.full((2, 5), value, jnp.float32)
+    np.testing.assert_array_equal(group_advantages(rewards), 0.0)
+    np.testing.assert_array_equal(_adv_jit(rewards), 0.0)
