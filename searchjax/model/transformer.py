@@ -111,14 +111,23 @@ def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool 
     return (logits, aux) if return_aux else logits
 
 
-def _linear_cache(cache: Cache):
-    return (cache.conv_q, cache.conv_k, cache.conv_v, cache.state)
+def _run_cached(params: Params, tokens, cfg: ModelConfig, cache: Cache, pos, valid, deltanet_fn):
+    """Layers over tokens [B,T] at positions pos [B,T] with the cache; deltanet_fn(p, x, conv, state) runs a
+    DeltaNet layer (chunked for prefill, recurrent for decode). Returns (final-normed h, new cache w/o lengths)."""
 
+    def lin(p, xn, c):
+        out, conv, state = deltanet_fn(p, xn, c[:3], c[3])
+        return out, (*conv, state)
 
-def _with_states(cache: Cache, lengths, lin, full) -> Cache:
-    conv_q, conv_k, conv_v, state = lin
-    k, v = full
-    return Cache(lengths=lengths, k=k, v=v, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, state=state)
+    def full(p, xn, c):
+        out, k, v = gated_attention_cached(p, xn, pos, valid, c[0], c[1], cfg)
+        return out, (k, v)
+
+    caches = ((cache.conv_q, cache.conv_k, cache.conv_v, cache.state), (cache.k, cache.v))
+    x, _, (lin_c, (k, v)) = _run_layers(params, _embed(params, tokens), valid, cfg, {LINEAR: lin, FULL: full}, caches)
+    conv_q, conv_k, conv_v, state = lin_c
+    new = Cache(lengths=cache.lengths, k=k, v=v, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, state=state)
+    return rms_norm(x, params.final_norm, cfg.rms_norm_eps), new
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
@@ -128,24 +137,13 @@ def prefill(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, l
     Works on an empty cache (prompt prefill) and on a filled one (multi-token continuation). Padded tokens write
     nothing and leave the DeltaNet states unchanged. Returns (logits float32 [B,T,V], cache); cache is donated.
     """
-    b, t = tokens.shape
+    t = tokens.shape[1]
     lengths = lengths.astype(jnp.int32)
     pos = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
     valid = jnp.arange(t)[None] < lengths[:, None]
-
-    def lin(p, xn, c):
-        out, conv, state = deltanet(p, xn, valid, c[:3], c[3], cfg)
-        return out, (*conv, state)
-
-    def full(p, xn, c):
-        out, k, v = gated_attention_cached(p, xn, pos, valid, c[0], c[1], cfg)
-        return out, (k, v)
-
-    x, _, (lin_c, full_c) = _run_layers(
-        params, _embed(params, tokens), valid, cfg, {LINEAR: lin, FULL: full}, (_linear_cache(cache), (cache.k, cache.v))
-    )
-    logits = unembed(params, rms_norm(x, params.final_norm, cfg.rms_norm_eps))
-    return logits, _with_states(cache, cache.lengths + lengths, lin_c, full_c)
+    h, new = _run_cached(params, tokens, cfg, cache, pos, valid,
+                         lambda p, x, conv, state: deltanet(p, x, valid, conv, state, cfg))
+    return unembed(params, h), new.replace(lengths=cache.lengths + lengths)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
@@ -155,22 +153,7 @@ def decode_step(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cach
     Rows with active[b] = False leave the cache unchanged (their logits are computed but meaningless).
     Returns (logits float32 [B,V], cache); cache is donated.
     """
-    b = tokens.shape[0]
-    active = jnp.ones((b,), bool) if active is None else active.astype(bool)
-    pos = cache.lengths[:, None]
-    valid = active[:, None]
-
-    def lin(p, xn, c):
-        out, conv, state = deltanet_step(p, xn, active, c[:3], c[3], cfg)
-        return out, (*conv, state)
-
-    def full(p, xn, c):
-        out, k, v = gated_attention_cached(p, xn, pos, valid, c[0], c[1], cfg)
-        return out, (k, v)
-
-    x, _, (lin_c, full_c) = _run_layers(
-        params, _embed(params, tokens[:, None]), valid, cfg, {LINEAR: lin, FULL: full},
-        (_linear_cache(cache), (cache.k, cache.v)),
-    )
-    logits = unembed(params, rms_norm(x[:, 0], params.final_norm, cfg.rms_norm_eps))
-    return logits, _with_states(cache, cache.lengths + active.astype(jnp.int32), lin_c, full_c)
+    active = jnp.ones(tokens.shape, bool) if active is None else active.astype(bool)
+    h, new = _run_cached(params, tokens[:, None], cfg, cache, cache.lengths[:, None], active[:, None],
+                         lambda p, x, conv, state: deltanet_step(p, x, active, conv, state, cfg))
+    return unembed(params, h[:, 0]), new.replace(lengths=cache.lengths + active.astype(jnp.int32))
