@@ -106,7 +106,10 @@ class Tokenizer:
         return self.hf.token_to_id(token)
 
     def save(self, path: str | os.PathLike) -> None:
-        self.hf.save(os.fspath(path))
+        try:
+            self.hf.save(os.fspath(path))
+        except Exception as err:  # the Rust writer raises a bare Exception (missing folder, a directory, ...)
+            raise OSError(f"cannot write {os.fspath(path)}: {err}") from err
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
@@ -138,8 +141,10 @@ def iter_corpus_texts(paths: Iterable[str | os.PathLike]) -> Iterator[str]:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}:{lineno}: invalid JSON ({err.msg})") from err
-                if not isinstance(record, dict) or "text" not in record:
-                    raise ValueError(f"{path}:{lineno}: expected an object with a 'text' field")
+                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                    raise ValueError(f"{path}:{lineno}: expected an object with a string 'text' field")
+                if not isinstance(record.get("title", ""), str):
+                    raise ValueError(f"{path}:{lineno}: field 'title' must be a string")
                 yield f"{record.get('title', '')}\n{record['text']}\n"
 
 
@@ -167,6 +172,9 @@ def train_tokenizer(
     for path in corpus:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"corpus file not found: {path}")
+    out_dir = os.path.dirname(os.fspath(out)) if out is not None else ""
+    if out_dir and not os.path.isdir(out_dir):
+        raise FileNotFoundError(f"output folder {out_dir} does not exist (for {out})")
     hf = new_bpe_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(QWEN35_SPECIAL_TOKENS),

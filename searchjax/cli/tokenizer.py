@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from searchjax.chat.tokenizer import train_tokenizer
 
@@ -20,7 +21,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    tok = train_tokenizer(args.corpus, args.vocab_size, args.out)
+    try:
+        tok = train_tokenizer(args.corpus, args.vocab_size, args.out)
+    except (OSError, ValueError) as e:  # missing corpus, bad line (file:line), vocab too small, unwritable --out
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     s = tok.special
     print(f"wrote {args.out}: vocab {tok.vocab_size} (asked {args.vocab_size}); "
           f"<|endoftext|>={s.endoftext} <|im_start|>={s.im_start} <|im_end|>={s.im_end} "

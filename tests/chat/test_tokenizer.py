@@ -109,7 +109,7 @@ def test_load_errors(tmp_path, trained):
 
 def test_train_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"title": "no text"}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: expected an object with a 'text' field"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: expected an object with a string 'text' field"):
         train_tokenizer([tmp_path / "bad.jsonl"], 400)
     with pytest.raises(ValueError, match="vocab_size must be at least 290"):
         train_tokenizer([tmp_path / "bad.jsonl"], 100)
@@ -127,6 +127,18 @@ def test_cli_tokenizer_train(tmp_path, capsys):
     assert args.func(args) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     assert load_tokenizer(out).vocab_size <= 400
+    (tmp_path / "bad.jsonl").write_text('{"title": "t", "text": 5}\n')
+    bad = [(["--corpus", str(tmp_path / "missing.txt")], "corpus file not found"),
+           (["--corpus", str(tmp_path / "bad.jsonl")], "bad.jsonl:1: expected an object with a string 'text'"),
+           (["--corpus", str(tmp_path / "corpus.jsonl"), "--vocab-size", "10"], "vocab_size must be at least"),
+           (["--out", str(tmp_path / "no" / "tok.json")], "output folder"),
+           (["--out", str(tmp_path)], "cannot write")]  # fmt: skip
+    for extra, message in bad:
+        argv = ["tokenizer", "train", "--corpus", str(tmp_path / "corpus.jsonl"), "--vocab-size", "400",
+                "--out", str(out), *extra]  # later flags win
+        args = parser.parse_args(argv)
+        assert args.func(args) == 1
+        assert message in capsys.readouterr().err
 
 
 QWEN3_TOKENIZER = os.path.join(
