@@ -12,6 +12,7 @@ import sys
 
 # Each entry is a module under searchjax.cli with a `register(subparsers)` function.
 COMMAND_MODULES = (
+    "searchjax.cli.rollout",
     "searchjax.cli.data",
     "searchjax.cli.tokenizer",
     "searchjax.cli.search",

@@ -7,7 +7,8 @@
   temperature, top-p and top-k, log μ_infer of every sampled token.
 - `RolloutDriver`: continuous batching for RL: tokens, log-probs, finish reasons, per-request stops, params swap.
 - the search agent (`run_rollouts`): multi-turn search_web rollouts → `RolloutRecord`s (JSONL, padded arrays).
-- `serve`: JetStream's orchestrator and gRPC service with our engine, bound to 127.0.0.1 by default.
+- `searchjax.rollout.serve.RolloutServer`: JetStream's orchestrator and Decode gRPC service with our engine, bound
+  to 127.0.0.1 by default (`searchjax serve`); `searchjax.rollout.jetstream_compat` is the one JetStream bridge.
 """
 
 from searchjax.rollout.agent import AgentConfig, PromptItem, SearchAgent, run_rollouts

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
 from typing import Any
 
 import jax
@@ -369,8 +368,3 @@ def prefill_bucket(length: int, max_prefill_length: int) -> int:
     """The padded length JetStream uses for `length` tokens (the smallest bucket >= length, capped)."""
     buckets = [b for b in PREFILL_BUCKETS if b <= max_prefill_length]
     return next((b for b in buckets if b >= length), buckets[-1] if buckets else max_prefill_length)
-
-
-def num_chunks(length: int, max_prefill_length: int) -> int:
-    """How many prefill calls a prompt of `length` tokens needs."""
-    return max(1, math.ceil(length / max_prefill_length))

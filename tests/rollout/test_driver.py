@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from searchjax import model as M
-from searchjax.rollout import Request, RolloutDriver, Sampling, sampling_logprobs
+from searchjax.rollout import Request, RolloutDriver, Sampling, SearchJaxEngine, sampling_logprobs
 from searchjax.rollout.sampling import SamplingArrays
+from searchjax.sharding import make_mesh
 
 PROMPTS = [
     "Paris is the capital of",
@@ -149,3 +150,20 @@ def test_bad_requests_are_rejected(driver, engine):
         driver.run([Request((engine.cfg.vocab_size,), 4, jax.random.key(0))])
     with pytest.raises(ValueError, match="max_new_tokens"):
         driver.run([Request((1, 2), 0, jax.random.key(0))])
+
+
+@pytest.mark.slow
+def test_sharded_engine_matches_one_device(engine, driver, cfg, params, tokenizer):
+    """The engine on a 2x2 (fsdp, tensor) mesh of fake CPU devices gives the one-device results."""
+    mesh = make_mesh({"fsdp": 2, "tensor": 2}, devices=jax.devices()[:4])
+    sharded = SearchJaxEngine(cfg, params, tokenizer, max_concurrent_decodes=4, max_prefill_length=64,
+                              max_len=engine.max_len, mesh=mesh)
+    placed = sharded.load_params()
+    assert any(len(leaf.sharding.device_set) == 4 and not leaf.sharding.is_fully_replicated
+               for leaf in jax.tree.leaves(placed))
+    assert sharded.init_decode_state().cache.k.sharding.spec[1] == "fsdp"  # slots split over fsdp
+    requests = _requests(tokenizer, Sampling(0.0), max_new=(6,) * 4)[:4]
+    want = _by_tag(driver.run(requests))
+    got = _by_tag(RolloutDriver(sharded, params).run(requests))
+    for tag, c in want.items():
+        np.testing.assert_array_equal(got[tag].tokens, c.tokens)

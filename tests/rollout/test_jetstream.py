@@ -56,10 +56,14 @@ def test_orchestrator_in_process(engine, params, tokenizer):
     async def all_at_once():  # 6 requests over 4 slots: JetStream's continuous batching
         return await asyncio.gather(*(one(t) for t in TEXTS))
 
+    # The loop must outlive the driver: JetStream's detokenize thread still signals a request's channel
+    # (call_soon_threadsafe) after the last response was consumed, and a closed loop there kills the process.
+    loop = asyncio.new_event_loop()
     try:
-        results = asyncio.run(all_at_once())
+        results = loop.run_until_complete(all_at_once())
     finally:
         driver.stop()
+        loop.close()
     want = _expected(engine, params, tokenizer, [tokenizer.encode(t) for t in TEXTS])
     assert [ids for ids, _ in results] == want
     for (ids, text), w in zip(results, want):

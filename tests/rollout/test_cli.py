@@ -1,0 +1,56 @@
+"""`searchjax rollout` end to end: an HF checkpoint directory, a tantivy index and a QA JSONL → records."""
+
+import argparse
+import json
+
+from searchjax import model as M
+from searchjax.cli import main as cli_main
+from searchjax.cli import rollout as rollout_cli
+from searchjax.data.jsonl import write_jsonl as write_rows
+from searchjax.rollout import read_jsonl
+from searchjax.search import build_index
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="searchjax")
+    rollout_cli.register(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def test_rollout_command_writes_records_and_a_summary(tmp_path, cfg, params, tokenizer, capsys):
+    model_dir = tmp_path / "model"
+    M.save_hf(model_dir, params, cfg)
+    tokenizer.save(model_dir / "tokenizer.json")
+    corpus = tmp_path / "corpus.jsonl"
+    write_rows(corpus, [{"title": "France", "url": "https://w.example/fr", "text": "Paris is the capital of France."}])
+    build_index(str(corpus), str(tmp_path / "index"))
+    prompts = tmp_path / "qa.jsonl"
+    write_rows(prompts, [{"id": "q1", "question": "Capital of France?", "answer": "Paris"},
+                         {"id": "q2", "question": "Which river flows through Bath?", "answer": "Avon"}])
+    out = tmp_path / "records.jsonl"
+    args = _parser().parse_args([
+        "rollout", "--model", str(model_dir), "--index", str(tmp_path / "index"), "--prompts", str(prompts),
+        "--group", "2", "--budget", "1", "--max-new-tokens", "5", "--temperature", "0.8", "--top-k", "50",
+        "--seed", "3", "--out", str(out), "--slots", "4", "--max-len", "1024", "--max-prefill-length", "64",
+    ])
+    assert args.func(args) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    records = read_jsonl(out)
+    assert sorted((r.prompt_id, r.group_index) for r in records) == [("q1", 0), ("q1", 1), ("q2", 0), ("q2", 1)]
+    assert summary["rollouts"] == 4 and summary["policy_tokens"] == sum(r.response_length for r in records)
+    assert sum(summary["finish_reasons"].values()) == 4 and summary["tokens_per_s"] > 0
+    assert "searchjax.cli.rollout" in cli_main.COMMAND_MODULES
+
+
+def test_serve_binds_loopback_by_default():
+    args = _parser().parse_args(["serve", "--model", "m"])
+    assert (args.host, args.port, args.temperature, args.top_p, args.top_k) == ("127.0.0.1", 9000, 1.0, 1.0, 0)
+
+
+def test_rollout_command_reports_a_missing_prompts_file(tmp_path, capsys):
+    args = _parser().parse_args([
+        "rollout", "--model", str(tmp_path), "--index", str(tmp_path), "--prompts", str(tmp_path / "none.jsonl"),
+        "--group", "1", "--budget", "0", "--max-new-tokens", "1", "--seed", "0", "--out", str(tmp_path / "o"),
+    ])
+    assert args.func(args) == 1
+    assert "none.jsonl" in capsys.readouterr().err
