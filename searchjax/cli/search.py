@@ -10,8 +10,12 @@ import sys
 def _world_build(args: argparse.Namespace) -> int:
     from searchjax.search.world import build_world
 
-    manifest = build_world(args.out, seed=args.seed, n_docs=args.docs, include_real=not args.no_real,
-                           n_real_cities=args.real_cities, distractor_rate=args.distractor_rate)
+    try:
+        manifest = build_world(args.out, seed=args.seed, n_docs=args.docs, include_real=not args.no_real,
+                               n_real_cities=args.real_cities, distractor_rate=args.distractor_rate)
+    except (OSError, ValueError) as e:  # bad sizes or rates, unwritable --out
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {manifest['num_docs']} documents, {manifest['num_entities']} entities and "
           f"{manifest['num_relations']} relations to {args.out}")
     return 0
@@ -48,10 +52,12 @@ def _search(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from searchjax.search import SearchError, serve_search
 
-    print(f"serving {args.index} on http://{args.host}:{args.port} (POST /search, GET /health)", flush=True)
+    def ready(url: str) -> None:
+        print(f"serving {args.index} on {url} (POST /search, GET /health)", flush=True)
+
     try:
-        serve_search(args.index, host=args.host, port=args.port)
-    except (SearchError, OSError) as e:  # not an index, port taken
+        serve_search(args.index, host=args.host, port=args.port, on_ready=ready)
+    except (SearchError, OSError, ValueError) as e:  # not an index, port taken or out of range
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -20,7 +20,7 @@ import time
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from searchjax.search.tool import MAX_RESULTS
@@ -131,11 +131,16 @@ def serving_in_background(server: ThreadingHTTPServer, poll_interval: float = 0.
         thread.join(timeout=5)
 
 
-def serve_search(index_dir: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
-    """Serve the tantivy index at `index_dir` until interrupted."""
+def serve_search(index_dir: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve the tantivy index at `index_dir` until interrupted; `on_ready(url)` runs once it listens."""
     from searchjax.search.tantivy_index import TantivyBackend
 
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be in 0..65535, got {port}")
     server = SearchHTTPServer(TantivyBackend(index_dir), host, port)
+    if on_ready is not None:
+        on_ready(server.url)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -122,6 +122,8 @@ def test_world_config_validates():
         WorldConfig(docs_per_entity=(1, 3))
     with pytest.raises(ValueError, match="n_docs"):
         WorldConfig(n_docs=0)
+    with pytest.raises(ValueError, match="distractor_rate"):
+        WorldConfig(distractor_rate=1.5)
 
 
 def test_cli_world_index_search(tmp_path, capsys):
@@ -146,6 +148,12 @@ def test_cli_world_index_search(tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text('{"title": "t"}\n')
     assert run("index", "build", "--corpus", tmp_path / "bad.jsonl", "--out", tmp_path / "i2") == 1
     assert "bad.jsonl:1: field 'url'" in capsys.readouterr().err
+    assert run("world", "build", "--out", tmp_path / "w3", "--docs", 0) == 1
+    assert "n_docs >= 1" in capsys.readouterr().err
+    assert run("world", "build", "--out", tmp_path / "w3", "--docs", 50, "--distractor-rate", 7) == 1
+    assert "distractor_rate" in capsys.readouterr().err
+    assert run("serve-search", "--index", tmp_path / "i", "--port", 99999) == 1
+    assert "port must be in 0..65535" in capsys.readouterr().err
 
 
 def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
@@ -160,9 +168,10 @@ def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
     code = ("import argparse, sys; from searchjax.cli import search; p = argparse.ArgumentParser(); "
             "search.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
     proc = subprocess.Popen([sys.executable, "-c", code, "serve-search", "--index", str(index_dir), "--port",
-                             str(port)], stdout=subprocess.DEVNULL)
+                             str(port)], stdout=subprocess.PIPE, text=True)
     try:
         wait_until_serving(f"http://127.0.0.1:{port}")
+        assert proc.stdout.readline().startswith(f"serving {index_dir} on http://127.0.0.1:{port}")
         hits = HttpBackend(f"http://127.0.0.1:{port}", timeout_s=5.0).search("capital of France")
         assert hits and hits[0].title == "France"
     finally:
@@ -170,4 +179,4 @@ def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
         proc.wait(timeout=10)
     bad = subprocess.run([sys.executable, "-c", code, "serve-search", "--index", str(tmp_path), "--port",
                           str(port)], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "not a searchjax index" in bad.stderr
+    assert bad.returncode == 1 and "not a searchjax index" in bad.stderr and "serving" not in bad.stdout

@@ -32,6 +32,8 @@ class WorldConfig:
         lo, hi = self.docs_per_entity
         if not 2 <= lo <= hi:
             raise ValueError(f"docs_per_entity must be (lo, hi) with 2 <= lo <= hi, got {self.docs_per_entity}")
+        if not 0.0 <= self.distractor_rate <= 1.0:
+            raise ValueError(f"distractor_rate must be in [0, 1], got {self.distractor_rate}")
 
 
 def generate(config: WorldConfig, progress: bool = False) -> tuple[WorldDraft, list[dict]]:
