@@ -8,16 +8,37 @@ import json
 import sys
 from pathlib import Path
 
-from searchjax.config import load_yaml
+from searchjax.config import ConfigError, load_yaml
 from searchjax.data.jsonl import DataError, read_jsonl, write_jsonl
+from searchjax.rewards.rubrics import ChatClientError, ModelReplyError
+
+MAX_HOPS = 6  # SynthConfig's bound
 
 
 def _hops(text: str) -> tuple[int, int]:
     lo, _, hi = text.partition("-")
     try:
-        return int(lo), int(hi or lo)
+        lo_i, hi_i = int(lo), int(hi or lo)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--hops must look like 2-4 or 3, got {text!r}") from None
+    if not 2 <= lo_i <= hi_i <= MAX_HOPS:
+        raise argparse.ArgumentTypeError(f"--hops must satisfy 2 <= low <= high <= {MAX_HOPS}, got {text!r}")
+    return lo_i, hi_i
+
+
+def _count(minimum: int):
+    """argparse type: an integer >= `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def _report(summary: dict) -> None:
@@ -39,11 +60,16 @@ def _synth_qa(args) -> int:
     from searchjax.data.synth import QAGenerator, SynthConfig
     from searchjax.search.world import KnowledgeBase
 
-    cfg = load_yaml(SynthConfig, args.config) if args.config else SynthConfig()
     over = {"n": args.n, "seed": args.seed}
     if args.hops:
         over["min_hops"], over["max_hops"] = args.hops
-    cfg = dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
+    try:
+        cfg = load_yaml(SynthConfig, args.config) if args.config else SynthConfig()
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
+    except ConfigError:
+        raise
+    except ValueError as e:  # SynthConfig's own checks (__post_init__)
+        raise ConfigError(f"{args.config or 'synth-qa'}: {e}") from None
     world = Path(args.world)
     gen = QAGenerator(KnowledgeBase.load(world), SearchSolver(_backend(world, args.index), cfg.search_max_calls),
                       cfg)
@@ -82,11 +108,15 @@ def _sft(args) -> int:
     from searchjax.search.world import KnowledgeBase
 
     world = Path(args.world)
-    qa, _ = read_jsonl(args.qa, validate=validate_qa_record, on_error=args.on_error)
-    rubric = read_jsonl(args.rubric, validate=validate_rubric_record, on_error=args.on_error)[0] if args.rubric else []
+    qa, qa_read = read_jsonl(args.qa, validate=validate_qa_record, on_error=args.on_error)
+    reads = {"read_qa": qa_read.as_dict()}
+    rubric = []
+    if args.rubric:
+        rubric, rubric_read = read_jsonl(args.rubric, validate=validate_rubric_record, on_error=args.on_error)
+        reads["read_rubric"] = rubric_read.as_dict()
     builder = SFTBuilder(KnowledgeBase.load(world), _backend(world, args.index), seed=args.seed)
     n = write_jsonl(args.out, builder.build(qa, rubric, n_abstention=args.abstention))
-    _report({"written": n, **dict(sorted(builder.summary.items()))})
+    _report({"written": n, **reads, **dict(sorted(builder.summary.items()))})
     return 0
 
 
@@ -103,7 +133,7 @@ def _run(func):
     def wrapped(args) -> int:
         try:
             return func(args)
-        except DataError as e:
+        except (DataError, ConfigError, ChatClientError, ModelReplyError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
 
@@ -117,7 +147,7 @@ def register(subparsers) -> None:
     p = data.add_parser("synth-qa", help="verified multi-hop QA over an offline world (RECIPE.md §3.1)")
     p.add_argument("--world", required=True, help="directory written by `searchjax world build`")
     p.add_argument("--out", required=True)
-    p.add_argument("--n", type=int, help="questions to keep (before augmentation)")
+    p.add_argument("--n", type=_count(1), help="questions to keep (before augmentation)")
     p.add_argument("--seed", type=int)
     p.add_argument("--hops", type=_hops, help="hop range, e.g. 2-4")
     p.add_argument("--index", help="tantivy index (default: WORLD/index, built if missing)")
@@ -126,7 +156,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run(_synth_qa))
 
     p = data.add_parser("rubric", help="rubric chat prompts with references and rubric sets (RECIPE.md §3.2)")
-    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--n", type=_count(1), required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--llm-url", help="OpenAI-compatible endpoint that writes references and rubrics "
@@ -142,7 +172,7 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--judge-url", help="OpenAI-compatible judge (default: the offline rule judge)")
     p.add_argument("--judge-model", default="default")
-    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--k", type=_count(2), default=4, help="responses sampled per prompt (pass@k)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise")
     p.set_defaults(func=_run(_calibrate))
 
@@ -151,7 +181,7 @@ def register(subparsers) -> None:
     p.add_argument("--qa", required=True, help="synthetic QA JSONL from `data synth-qa`")
     p.add_argument("--out", required=True)
     p.add_argument("--rubric", help="rubric JSONL whose references become preference-style examples")
-    p.add_argument("--abstention", type=int, default=0, help="abstention examples to add")
+    p.add_argument("--abstention", type=_count(0), default=0, help="abstention examples to add")
     p.add_argument("--index")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise")
@@ -164,6 +194,6 @@ def register(subparsers) -> None:
     p.add_argument("--in", dest="inp", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--split", default="train")
-    p.add_argument("--max-answer-words", type=int, default=20)
+    p.add_argument("--max-answer-words", type=_count(1), default=20)
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise")
     p.set_defaults(func=_run(_public))

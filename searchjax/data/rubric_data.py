@@ -25,6 +25,7 @@ from searchjax.rewards.rubrics import (
     KINDS,
     ChatClient,
     Judge,
+    ModelReplyError,
     Rubric,
     evaluate_rubrics,
     extract_json,
@@ -247,12 +248,15 @@ class LLMRubricGenerator:
 
     def __call__(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[Rubric]]:
         reply = extract_json(self.client([{"role": "system", "content": RUBRIC_WRITER_SYSTEM}, *messages]))
-        reference = reply.get("reference")
-        raw = reply.get("rubrics")
+        reference = reply.get("reference") if isinstance(reply, dict) else None
+        raw = reply.get("rubrics") if isinstance(reply, dict) else None
         if not isinstance(reference, str) or not isinstance(raw, list) or not raw:
-            raise ValueError("rubric writer must return a reference string and a non-empty rubric list, "
-                             f"got {reply!r:.200}")
-        rubrics = sorted((Rubric.from_dict(r) for r in raw), key=lambda r: r.priority)
+            raise ModelReplyError("rubric writer must return a reference string and a non-empty rubric list, "
+                                  f"got {reply!r:.200}")
+        try:
+            rubrics = sorted((Rubric.from_dict(r) for r in raw), key=lambda r: r.priority)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelReplyError(f"rubric writer returned an invalid rubric: {e}") from None
         return reference, rubrics
 
 
@@ -297,9 +301,18 @@ def validate_rubric_record(row: dict[str, Any]) -> None:
     """Schema check for one rubric JSONL row (raises KeyError/TypeError/ValueError naming the field)."""
     for field, kind in (("id", str), ("messages", list), ("reference", str), ("rubrics", list)):
         require(row, field, kind)
-    if not row["messages"] or row["messages"][-1].get("role") != "user":
+    messages = row["messages"]
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise TypeError(f"field 'messages'[{i}]: expected an object with string 'role' and 'content', "
+                            f"got {m!r:.80}")
+    if not messages or messages[-1]["role"] != "user":
         raise ValueError("field 'messages': must end with a user turn")
-    for r in row["rubrics"]:
+    if not row["rubrics"]:
+        raise ValueError("field 'rubrics': a rubric prompt needs at least one rubric (r_base = all rubrics pass)")
+    for i, r in enumerate(row["rubrics"]):
+        if not isinstance(r, dict):
+            raise TypeError(f"field 'rubrics'[{i}]: expected an object, got {type(r).__name__}")
         Rubric.from_dict(r)
 
 
@@ -326,6 +339,8 @@ def calibrate_pass_at_k(
 ) -> tuple[list[dict[str, Any]], CalibrationReport]:
     """pass@k filter: sample `policy(messages, sample_index)` k times per prompt, judge each response against
     the full rubric set, drop the prompt when 0/k or k/k pass. Kept records gain `pass_at_k` (passes out of k)."""
+    if k < 2:
+        raise ValueError(f"calibrate_pass_at_k: k must be >= 2 (with k = 1 every prompt passes 0/1 or 1/1), got {k}")
     report, kept = CalibrationReport(), []
     for rec in records:
         rubrics = [Rubric.from_dict(r) for r in rec["rubrics"]]

@@ -35,6 +35,14 @@ FORMATS = ("list", "table", "one_sentence")
 CITATION_RE = re.compile(r"\[[A-Za-z_][A-Za-z0-9_-]*:\s*\d+\]")
 
 
+class ChatClientError(RuntimeError):
+    """An LLM endpoint gave no usable answer (unreachable, timed out, malformed response)."""
+
+
+class ModelReplyError(ValueError):
+    """A judge or rubric writer replied, but not in the JSON shape asked for."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Rubric:
     """One atomic check. `params` holds the kind's arguments (see the module docstring)."""
@@ -59,7 +67,15 @@ class Rubric:
         unknown = sorted(set(d) - {"text", "kind", "params", "priority"})
         if unknown:
             raise ValueError(f"rubric: unknown key(s) {unknown}; valid keys are ['kind', 'params', 'priority', 'text']")
-        return cls(text=d["text"], kind=d["kind"], params=dict(d.get("params", {})), priority=d.get("priority", 2))
+        if not isinstance(d.get("text"), str) or not isinstance(d.get("kind"), str):
+            raise TypeError(f"rubric: 'text' and 'kind' must be strings, got {d.get('text')!r:.60} and "
+                            f"{d.get('kind')!r:.40}")
+        if not isinstance(d.get("params", {}), dict):
+            raise TypeError(f"rubric {d['text']!r}: 'params' must be an object, got {type(d['params']).__name__}")
+        priority = d.get("priority", 2)
+        if isinstance(priority, bool):
+            raise TypeError(f"rubric {d['text']!r}: priority must be 0, 1 or 2, got {priority!r}")
+        return cls(text=d["text"], kind=d["kind"], params=dict(d.get("params", {})), priority=priority)
 
 
 _REQUIRED_PARAMS = {
@@ -68,10 +84,26 @@ _REQUIRED_PARAMS = {
 }
 
 
+# Types of the params the code checks read ("phrases": a non-empty list of non-empty strings).
+_PARAM_TYPES: dict[str, Any] = {
+    "all": "phrases", "any": "phrases", "split_forms": "phrases", "keywords": "phrases", "word": str,
+    "lang": str, "format": str, "min_words": int, "max_words": int,
+}
+
+
 def _validate_params(r: Rubric) -> None:
     missing = [p for p in _REQUIRED_PARAMS[r.kind] if p not in r.params]
     if missing:
         raise ValueError(f"rubric {r.text!r} (kind {r.kind}): missing param(s) {missing}")
+    for name, value in r.params.items():
+        expected = _PARAM_TYPES.get(name)
+        if expected is None:
+            continue
+        ok = (isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
+              if expected == "phrases" else isinstance(value, expected) and not isinstance(value, bool))
+        if not ok:
+            want = "a non-empty list of non-empty strings" if expected == "phrases" else expected.__name__
+            raise ValueError(f"rubric {r.text!r} (kind {r.kind}): param {name!r} must be {want}, got {value!r:.80}")
     if r.kind == "format" and r.params["format"] not in FORMATS:
         raise ValueError(f"rubric {r.text!r}: format must be one of {list(FORMATS)}, got {r.params['format']!r}")
     if r.kind == "language" and r.params["lang"] not in LANGUAGES:
@@ -224,7 +256,7 @@ def extract_json(text: str) -> Any:
             return json.JSONDecoder().raw_decode(text, start)[0]
         except json.JSONDecodeError:
             start = text.find("{", start + 1)
-    raise ValueError(f"no JSON object in model output {text[:200]!r}")
+    raise ModelReplyError(f"no JSON object in model output {text[:200]!r}")
 
 
 class LLMJudge:
@@ -237,23 +269,26 @@ class LLMJudge:
         listing = "\n".join(f"{i + 1}. {r.text}" for i, r in enumerate(rubrics))
         user = f"PROMPT:\n{prompt}\n\nRESPONSE:\n{response}\n\nRUBRICS:\n{listing}"
         reply = self.client([{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}])
-        verdicts = extract_json(reply).get("verdicts")
+        parsed = extract_json(reply)
+        verdicts = parsed.get("verdicts") if isinstance(parsed, dict) else None
         if not isinstance(verdicts, list) or len(verdicts) != len(rubrics) or not all(
             isinstance(v, bool) for v in verdicts
         ):
-            raise ValueError(f"judge reply must hold {len(rubrics)} boolean verdicts, got {verdicts!r}")
+            raise ModelReplyError(f"judge reply must hold {len(rubrics)} boolean verdicts, got {verdicts!r}")
         return verdicts
 
 
 class OpenAIChatClient:
     """Minimal client for an OpenAI-compatible `POST {base_url}/chat/completions` (stdlib only).
 
-    Timeouts and connection errors are retried `retries` times with a short back-off; then `RuntimeError` names
-    the endpoint and the last error. Temperature 0 by default so judging is as repeatable as the server allows.
+    Timeouts and connection errors are retried `retries` times with a short back-off; then `ChatClientError` (a
+    RuntimeError) names the endpoint and the last error. Temperature 0 by default so judging is as repeatable as the server allows.
     """
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60.0,
                  retries: int = 2, temperature: float = 0.0, max_tokens: int = 1024):
+        if not base_url.startswith(("http://", "https://")):
+            raise ChatClientError(f"endpoint URL must start with http:// or https://, got {base_url!r}")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.api_key, self.timeout_s, self.retries = model, api_key, timeout_s, retries
         self.temperature, self.max_tokens = temperature, max_tokens
@@ -275,8 +310,8 @@ class OpenAIChatClient:
                 last = e
                 time.sleep(0.05 * (attempt + 1))
             except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
-                raise RuntimeError(f"{self.url}: malformed chat completion response ({e!r})") from None
-        raise RuntimeError(f"{self.url}: no response after {self.retries + 1} attempts ({last!r})")
+                raise ChatClientError(f"{self.url}: malformed chat completion response ({e!r})") from None
+        raise ChatClientError(f"{self.url}: no response after {self.retries + 1} attempts ({last!r})")
 
 
 def evaluate_rubrics(prompt: str, response: str, rubrics: Sequence[Rubric], judge: Judge) -> list[bool]:

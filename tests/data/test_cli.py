@@ -87,3 +87,58 @@ def test_calibrate_against_a_policy_endpoint(tmp_path, capsys):
     report = json.loads(capsys.readouterr().err)
     assert report["n"] == 6 and report["kept"] == len(read_jsonl(tmp_path / "c.jsonl")[0])
     assert report["kept_fraction"] == pytest.approx(report["kept"] / 6) and report["kept"] >= 4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--hops", "5-2"], "2 <= low <= high"),
+    (["--hops", "1-9"], "2 <= low <= high"),
+    (["--n", "-3"], "integer >= 1"),
+    (["--n", "many"], "expected an integer"),
+])
+def test_synth_qa_bad_flags_are_usage_errors(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        run(["data", "synth-qa", "--world", str(tmp_path), "--out", str(tmp_path / "q.jsonl"), *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bad_config_and_world_are_clear_errors(world, tmp_path, capsys):
+    base = ["data", "synth-qa", "--out", str(tmp_path / "q.jsonl"), "--quiet"]
+    assert run([*base, "--world", str(tmp_path / "nope")]) == 2
+    assert "kb.jsonl: no such file" in capsys.readouterr().err
+    assert run([*base, "--world", str(world), "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml: no such config file" in capsys.readouterr().err
+    cfg = tmp_path / "synth.yaml"
+    cfg.write_text("min_hops: 3\nmax_hops: 3\n")
+    assert run([*base, "--world", str(world), "--config", str(cfg), "--hops", "2", "--n", "2"]) == 0  # flags win
+    cfg.write_text("min_hops: 4\nmax_hops: 2\n")
+    assert run([*base, "--world", str(world), "--config", str(cfg)]) == 2
+    assert f"{cfg}: need 2 <= min_hops <= max_hops" in capsys.readouterr().err
+
+
+def test_sft_reports_skipped_rows(world, tmp_path, capsys):
+    qa = tmp_path / "qa.jsonl"
+    assert run(["data", "synth-qa", "--world", str(world), "--index", str(world / "index"), "--n", "3",
+                "--out", str(qa), "--seed", "5", "--hops", "2", "--quiet"]) == 0
+    qa.write_text(qa.read_text() + "not json\n" + json.dumps({"id": "x"}) + "\n")
+    capsys.readouterr()
+    argv = ["data", "sft", "--world", str(world), "--index", str(world / "index"), "--qa", str(qa),
+            "--out", str(tmp_path / "sft.jsonl")]
+    assert run(argv) == 2
+    assert f"{qa}:" in capsys.readouterr().err  # stops at file:line by default
+    assert run([*argv, "--on-error", "skip"]) == 0
+    read = json.loads(capsys.readouterr().err)["read_qa"]
+    assert read["skipped"] == 2 and read["kept"] >= 3
+    assert read["reasons"][0].startswith(f"{qa}:") and "invalid JSON" in read["reasons"][0]
+
+
+def test_calibrate_unreachable_endpoint_and_bad_k(tmp_path, capsys):
+    assert run(["data", "rubric", "--n", "2", "--out", str(tmp_path / "r.jsonl")]) == 0
+    base = ["data", "calibrate", "--in", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "c.jsonl")]
+    capsys.readouterr()
+    assert run([*base, "--policy-url", "http://127.0.0.1:9/v1"]) == 2  # port 9 (discard): nothing listens
+    assert "no response after" in capsys.readouterr().err
+    assert run([*base, "--policy-url", "localhost:8000"]) == 2
+    assert "must start with http://" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run([*base, "--policy-url", "http://127.0.0.1:9/v1", "--k", "1"])
+    assert "integer >= 2" in capsys.readouterr().err

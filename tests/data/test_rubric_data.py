@@ -80,3 +80,34 @@ def test_invalid_rubric_record_is_named():
         validate_rubric_record({k: v for k, v in rec.items() if k != "reference"})
     with pytest.raises(ValueError, match="unknown kind"):
         validate_rubric_record({**rec, "rubrics": [{"text": "x", "kind": "vibes"}]})
+
+
+@pytest.mark.parametrize("change, error, message", [
+    ({"messages": ["hi"]}, TypeError, r"'messages'\[0\]"),
+    ({"messages": []}, ValueError, "must end with a user turn"),
+    ({"rubrics": []}, ValueError, "at least one rubric"),
+    ({"rubrics": ["x"]}, TypeError, r"'rubrics'\[0\]"),
+    ({"rubrics": [{"text": "x", "kind": "contains", "params": {"all": "lodging"}}]}, ValueError,
+     "non-empty list of non-empty strings"),
+    ({"rubrics": [{"text": "x", "kind": "length", "params": {"max_words": "80"}}]}, ValueError, "must be int"),
+    ({"rubrics": [{"text": 3, "kind": "no_citations"}]}, TypeError, "must be strings"),
+])
+def test_malformed_rubric_rows_are_named(change, error, message):
+    rec = generate_rubric_records(1, seed=0)[0]
+    with pytest.raises(error, match=message):
+        validate_rubric_record({**rec, **change})
+
+
+def test_rubric_writer_reply_errors_are_model_reply_errors():
+    from searchjax.rewards.rubrics import ModelReplyError
+
+    bad = json.dumps({"reference": "x", "rubrics": [{"text": "t", "kind": "contains", "params": {}}]})
+    with pytest.raises(ModelReplyError, match="invalid rubric"):
+        LLMRubricGenerator(lambda m: bad)([{"role": "user", "content": "hi"}])
+    with pytest.raises(ModelReplyError, match="no JSON object"):
+        LLMRubricGenerator(lambda m: "sorry")([{"role": "user", "content": "hi"}])
+
+
+def test_calibration_needs_k_of_at_least_two():
+    with pytest.raises(ValueError, match="k must be >= 2"):
+        calibrate_pass_at_k(generate_rubric_records(1, seed=0), lambda m, j: "x", None, k=1)
