@@ -15,6 +15,7 @@ import contextlib
 import http.client
 import json
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -60,14 +61,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/search":
             self._reply(404, {"error": f"unknown path {self.path!r}; use POST /search"})
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        header = self.headers.get("Content-Length") or "0"
+        length = int(header) if header.isdigit() else -1
         if not 0 < length <= _MAX_BODY:
-            self._reply(400, {"error": f"body length must be 1..{_MAX_BODY} bytes, got {length}"})
+            self.close_connection = True  # an unread or unknown-length body would desynchronise keep-alive
+            self._reply(400, {"error": f"Content-Length must be 1..{_MAX_BODY} bytes, got {header!r}"})
             return
         try:
             request = json.loads(self.rfile.read(length))
             query, k = request["query"], request.get("k", MAX_RESULTS)
-            if not isinstance(query, str) or not isinstance(k, int) or not 1 <= k <= MAX_RESULTS:
+            if not isinstance(query, str) or type(k) is not int or not 1 <= k <= MAX_RESULTS:
                 raise TypeError
         except (ValueError, KeyError, TypeError):
             self._reply(400, {"error": f'expected {{"query": str, "k": int in 1..{MAX_RESULTS}}}'})
@@ -102,6 +105,13 @@ class SearchHTTPServer(ThreadingHTTPServer):
         with self._open_lock:
             self._open.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request, client_address):
+        """A client that hung up (timed out, killed) or a connection cut by server_close is routine: no
+        traceback on the service's stderr. Anything else keeps socketserver's report."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
     def server_close(self):
         """Stop listening and cut every open keep-alive connection, as a stopped process would."""

@@ -112,10 +112,15 @@ def test_server_rejects_bad_requests():
 
     with running(SearchHTTPServer(MemoryBackend(DOCS), port=0)) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=2)
-        for body in (b"{}", b'{"query": 5}', b'{"query": "x", "k": 50}', b"nope"):
+        for body in (b"{}", b'{"query": 5}', b'{"query": "x", "k": 50}', b'{"query": "x", "k": true}', b"nope"):
             conn.request("POST", "/search", body=body)
             response = conn.getresponse()
             assert response.status == 400 and "error" in json.loads(response.read())
+        for length in ("abc", "-5", "999999"):  # unparsable, negative, too large: 400, and the server lives on
+            conn.request("POST", "/search", body=b"{}", headers={"Content-Length": length})
+            response = conn.getresponse()
+            assert response.status == 400 and "Content-Length" in json.loads(response.read())["error"]
+            conn.close()
         conn.request("GET", "/health")
         assert json.loads(conn.getresponse().read()) == {"ok": True}
         conn.close()
@@ -167,3 +172,21 @@ def test_backend_crash_is_a_500_and_the_service_survives():
             client.search("crash")
         assert backend.calls == 2  # a 5xx is retried once, then reported
         assert client.search("fine") == []
+
+
+def test_client_disconnects_leave_no_traceback_but_bugs_do(capsys):
+    server = SearchHTTPServer(MemoryBackend(DOCS), port=0)
+    try:
+        for exc in (BrokenPipeError(), ConnectionResetError(), TimeoutError()):
+            try:
+                raise exc
+            except OSError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise KeyError("a bug")
+        except KeyError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "KeyError" in capsys.readouterr().err
+    finally:
+        server.server_close()
