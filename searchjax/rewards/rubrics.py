@@ -282,7 +282,8 @@ class OpenAIChatClient:
     """Minimal client for an OpenAI-compatible `POST {base_url}/chat/completions` (stdlib only).
 
     Timeouts and connection errors are retried `retries` times with a short back-off; then `ChatClientError` (a
-    RuntimeError) names the endpoint and the last error. Temperature 0 by default so judging is as repeatable as the server allows.
+    RuntimeError) names the endpoint and the last error. Temperature 0 by default so judging is as repeatable
+    as the server allows.
     """
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60.0,
