@@ -83,12 +83,16 @@ def grpo_loss(
 
     Returns:
       (loss, metrics): kl_infer = mean over valid tokens of log μ − log π (the train–inference KL estimate),
-      ratio_mean, ratio_max, frac_truncated (share of valid tokens with r > C), n_tokens, and clip_frac when
-      clipping.
+      ratio_mean, ratio_max (of r = π_θ/μ), frac_truncated (share of valid tokens whose truncated weight
+      exceeds C: r, or ρ_old = π_old/μ when clipping), n_tokens, and clip_frac when clipping.
     """
     _check(logp, logp_infer, advantages, token_mask, "grpo_loss", logp_old)
     if (clip_eps is None) != (logp_old is None):
         raise ValueError("grpo_loss: clip_eps and logp_old go together (PPO-clipped variant); got only one")
+    if is_cap is not None and is_cap <= 0:
+        raise ValueError(f"grpo_loss: is_cap must be > 0 or None, got {is_cap}")
+    if clip_eps is not None and not 0 < clip_eps < 1:
+        raise ValueError(f"grpo_loss: clip_eps must be in (0, 1), got {clip_eps}")
     mask = token_mask.astype(bool)
     logp = logp.astype(jnp.float32)
     log_r = jnp.where(mask, logp - sg(logp_infer.astype(jnp.float32)), 0.0)
@@ -100,7 +104,9 @@ def grpo_loss(
     else:
         old = sg(jnp.where(mask, logp_old.astype(jnp.float32), 0.0))
         rho_old = jnp.exp(jnp.where(mask, old - sg(logp_infer.astype(jnp.float32)), 0.0))
-        rho_old = jnp.minimum(rho_old, is_cap) if is_cap is not None else rho_old
+        if is_cap is not None:  # the weight truncated here is π_old/μ, so that is what frac_truncated counts
+            metrics["frac_truncated"] = _masked_token_mean((rho_old > is_cap).astype(jnp.float32), mask)
+            rho_old = jnp.minimum(rho_old, is_cap)
         rho = jnp.exp(jnp.where(mask, logp, 0.0) - old)
         clipped = jnp.clip(rho, 1.0 - clip_eps, 1.0 + clip_eps)
         objective = rho_old * jnp.minimum(rho * adv, clipped * adv)

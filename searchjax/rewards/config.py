@@ -76,6 +76,8 @@ class RewardConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise TypeError(f"RewardConfig.{name}: expected > 0 or null, got {value}")
+        if self.clip_eps is not None and self.clip_eps >= 1:
+            raise TypeError(f"RewardConfig.clip_eps: expected in (0, 1) or null, got {self.clip_eps}")
         if not 0.0 <= self.preferred_threshold <= 1.0:
             raise TypeError(f"RewardConfig.preferred_threshold: expected in [0, 1], got {self.preferred_threshold}")
         if self.answer_f1_threshold is not None and not 0.0 < self.answer_f1_threshold <= 1.0:

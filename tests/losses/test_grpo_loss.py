@@ -186,3 +186,25 @@ def test_capped_weights_stay_finite_for_huge_log_ratios():
         chex.assert_tree_all_finite((loss, grad))
     grad = jax.grad(lambda x: grpo_loss(x, infer, jnp.array([1.0]), mask, is_cap=2.0)[0])(logp)
     np.testing.assert_allclose(grad, [[-1.0, -0.5]], rtol=1e-5)  # weights C = 2 and r = 1, over B·|o| = 2
+
+
+def test_ppo_frac_truncated_counts_the_truncated_old_weight():
+    # π_old/μ = e^0.5 > C = 1.2 on token 0 only; π_θ/μ = 1 everywhere, so r itself is never above C.
+    infer = jnp.zeros((1, 2))
+    old = jnp.array([[0.5, 0.0]])
+    mask = jnp.ones((1, 2), bool)
+    _, metrics = grpo_loss(infer, infer, jnp.array([1.0]), mask, is_cap=1.2, clip_eps=0.2, logp_old=old)
+    np.testing.assert_allclose(metrics["frac_truncated"], 0.5)
+    _, plain = grpo_loss(infer, infer, jnp.array([1.0]), mask, is_cap=1.2)
+    np.testing.assert_allclose(plain["frac_truncated"], 0.0)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(is_cap=-1.0, clip_eps=0.2), "is_cap"),
+    (dict(clip_eps=0.0), "clip_eps"),
+    (dict(clip_eps=1.5), "clip_eps"),
+])
+def test_bad_cap_or_clip_raise_in_the_ppo_variant(kw, match):
+    x = jnp.zeros((2, 3))
+    with pytest.raises(ValueError, match=match):
+        grpo_loss(x, x, jnp.zeros(2), x, logp_old=x, **kw)
