@@ -83,6 +83,20 @@ def test_rebuild_replaces_an_index(tmp_path):
     assert TantivyBackend(tmp_path / "idx").num_docs == 5
 
 
+def test_snippets_collapse_whitespace_and_window_long_texts(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    long_text = " ".join(f"filler{i}" for i in range(100)) + "  the\tneedle\n\nsits   here " + "tail " * 60
+    rows = [{"title": "Short", "url": "u0", "text": "alpha\n\n  beta\tgamma  "},
+            {"title": "Long", "url": "u1", "text": long_text}]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_index(corpus, tmp_path / "idx", progress=False)
+    backend = TantivyBackend(tmp_path / "idx")
+    assert backend.search("gamma") == [SearchResult("Short", "u0", "alpha beta gamma")]
+    (hit,) = backend.search("needle")
+    assert "the needle sits here" in hit.snippet and len(hit.snippet) <= SNIPPET_MAX_CHARS
+    assert "  " not in hit.snippet and "\n" not in hit.snippet and "filler0 " not in hit.snippet
+
+
 def test_memory_backend_scoring_and_snippets():
     docs = [{"title": "Alpha", "url": "u0", "text": "apples and pears"},
             {"title": "Beta", "url": "u1", "text": "pears only " + "filler " * 60 + "apples at the end"},
