@@ -2,7 +2,7 @@
 
 QA: a prediction is correct when, for any alias of the gold answer,
   - its SQuAD-normalised text equals the alias's (lower case, punctuation — Unicode included — and the
-    articles a/an/the removed, whitespace collapsed), or
+    articles a/an/the removed, whitespace collapsed; punctuation read as a space or deleted), or
   - the alias is a bare number (currency signs, %, thousands separators allowed) and the prediction contains
     at least one number and every number in it agrees with the gold: |p − g| ≤ max(½·10^−d, rel_tol·|g|,
     abs_tol), d being the gold's decimal places (so "3.14159" matches "3.14", "2008" does not match "2007"), or
@@ -30,19 +30,26 @@ _NUMBER = re.compile(
 _NUMERIC_DECORATION = re.compile(r"[\s$€£¥%]")
 
 
-def _strip_punctuation(text: str) -> str:
-    return "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+def _strip_punctuation(text: str, joiner: str = " ") -> str:
+    return "".join(joiner if unicodedata.category(ch).startswith("P") else ch for ch in text)
 
 
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, drop punctuation, drop articles, collapse whitespace."""
-    text = _strip_punctuation(text.lower())
+def normalize_answer(text: str, *, delete_punctuation: bool = False) -> str:
+    """SQuAD normalisation: lower case, punctuation out, articles out, whitespace collapsed.
+
+    By default a punctuation mark (any Unicode category P*) becomes a space, so "apple—pie" and "Paris/London"
+    split into words; `delete_punctuation=True` drops it as the SQuAD script does, so "U.S." reads "us" and
+    "co-founder" "cofounder". `exact_match` accepts either reading.
+    """
+    text = _strip_punctuation(text.lower(), "" if delete_punctuation else " ")
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def exact_match(prediction: str, gold: str) -> bool:
-    """SQuAD exact match: normalised strings are equal."""
-    return normalize_answer(prediction) == normalize_answer(gold)
+    """SQuAD exact match: the normalised strings are equal, with punctuation read as a space ("Jean-Paul" =
+    "Jean Paul") or deleted as in the SQuAD script ("U.S." = "US", "co-founder" = "cofounder")."""
+    return normalize_answer(prediction) == normalize_answer(gold) or normalize_answer(
+        prediction, delete_punctuation=True) == normalize_answer(gold, delete_punctuation=True)
 
 
 def token_f1(prediction: str, gold: str) -> float:

@@ -25,6 +25,11 @@ def test_squad_normalisation():
     assert normalize_answer("Théâtre") == "théâtre"
     assert exact_match("the Mom Test", "Mom test.")
     assert not exact_match("Mom Tests", "Mom Test")
+    # Punctuation read as a space or deleted (the SQuAD script's way): either reading may match.
+    assert exact_match("U.S.", "US") and exact_match("co-founder", "cofounder")
+    assert exact_match("Jean-Paul Sartre", "Jean Paul Sartre") and exact_match("apple—pie", "apple pie")
+    assert normalize_answer("U.S.", delete_punctuation=True) == "us" and normalize_answer("U.S.") == "u s"
+    assert not exact_match("U.S.", "UK")
 
 
 def test_token_f1_by_hand():
