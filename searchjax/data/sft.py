@@ -168,16 +168,18 @@ class SFTBuilder:
                 self.summary["kept:abstention"] += 1
                 yield example
         for r in rubric_records:
-            self.summary[f"kept:{r['category']}"] += 1
-            yield preference_example(r, self.tool_budget)
+            example = preference_example(r, self.tool_budget)
+            self.summary[f"kept:{example['category']}"] += 1
+            yield example
 
 
 def preference_example(rubric_record: dict[str, Any], tool_budget: int) -> dict[str, Any]:
     """A preference-style SFT example: the rubric prompt answered by its reference (tone, language, format)."""
     messages = [system_message(tool_budget), *rubric_record["messages"],
                 {"role": "assistant", "content": rubric_record["reference"]}]
-    return {"id": f"sft-{rubric_record['id']}", "kind": "sft", "category": rubric_record["category"],
-            "messages": messages, "sources": [rubric_record["id"]], "split": rubric_record["split"]}
+    # category and split are optional in a rubric row (validate_rubric_record): default to the generic ones.
+    return {"id": f"sft-{rubric_record['id']}", "kind": "sft", "category": rubric_record.get("category", "rubric"),
+            "messages": messages, "sources": [rubric_record["id"]], "split": rubric_record.get("split", "train")}
 
 
 _SYLLABLES = ("zor", "vel", "quin", "brax", "tul", "mey", "dro", "fen", "kas", "lor", "nix", "pav", "ryo", "sem")
@@ -192,5 +194,8 @@ def validate_sft_record(row: dict[str, Any]) -> None:
     """Schema check of one SFT row."""
     for field, kind in (("id", str), ("category", str), ("messages", list), ("sources", list), ("split", str)):
         require(row, field, kind)
-    if row["messages"][-1].get("role") != "assistant":
+    for i, m in enumerate(row["messages"]):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise TypeError(f"field 'messages'[{i}]: expected an object with a string 'role', got {m!r:.80}")
+    if not row["messages"] or row["messages"][-1]["role"] != "assistant":
         raise ValueError("field 'messages': the last turn must be an assistant answer")

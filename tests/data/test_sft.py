@@ -96,3 +96,25 @@ def test_follow_up_answers_keep_names(sft_records):
             assert answer.startswith(phrase[0].upper() + phrase[1:] + " is "), (phrase, answer)  # names keep capitals
             checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("messages, error, match", [
+    ([], ValueError, "last turn must be an assistant"),
+    (["hi"], TypeError, r"'messages'\[0\]"),
+    ([{"role": "user", "content": "hi"}], ValueError, "last turn must be an assistant"),
+])
+def test_malformed_sft_rows_are_named(messages, error, match):
+    row = {"id": "x", "kind": "sft", "category": "single_turn", "messages": messages, "sources": [], "split": "train"}
+    with pytest.raises(error, match=match):
+        validate_sft_record(row)
+
+
+def test_preference_example_from_a_minimal_rubric_row():
+    from searchjax.data.sft import preference_example
+
+    row = {"id": "r1", "messages": [{"role": "user", "content": "Plz fix"}], "reference": "Please fix.",
+           "rubrics": [{"text": "English", "kind": "language", "params": {"lang": "en"}}]}
+    example = preference_example(row, 5)
+    validate_sft_record(example)
+    assert example["category"] == "rubric" and example["split"] == "train"
+    assert example["messages"][-1] == {"role": "assistant", "content": "Please fix."}
