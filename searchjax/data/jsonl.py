@@ -55,16 +55,12 @@ def iter_jsonl(
     _check_on_error(on_error)
     path = Path(path)
     summary = summary if summary is not None else ReadSummary(str(path))
-    try:
-        handle = path.open(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    with handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
+    with open_data(path, binary=True) as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 continue
             try:
-                row = _parse_row(line, validate)
+                row = _parse_row(raw.decode("utf-8"), validate)  # a bad byte is this line's error
             except (ValueError, KeyError, TypeError) as e:
                 reason = f"{path}:{lineno}: {_reason(e)}"
                 if on_error == "raise":
@@ -73,6 +69,21 @@ def iter_jsonl(
                 continue
             summary.kept += 1
             yield row
+
+
+def open_data(path: Path, *, binary: bool = False, newline: str | None = None):
+    """Open a data file (UTF-8 text, or bytes); a missing file, a directory or an unreadable file is a
+    `DataError` naming the path instead of an OS traceback."""
+    try:
+        if binary:
+            return path.open("rb")
+        return path.open(encoding="utf-8", newline=newline)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected a file") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def _reason(e: Exception) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from searchjax.data.jsonl import DataError, OnError, ReadSummary, iter_jsonl
+from searchjax.data.jsonl import DataError, OnError, ReadSummary, iter_jsonl, open_data
 
 FORMATS = ("simpleqa", "frames", "bamboogle", "sealqa", "webwalkerqa", "deepdive")
 RowFn = Callable[[dict[str, Any]], tuple[str, str, list[str], dict[str, Any]]]
@@ -102,19 +102,32 @@ _ROW_FNS: dict[str, RowFn] = {
 
 
 def _delimited_rows(path: Path, delimiter: str, columns: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
-    with path.open(encoding="utf-8", newline="") as f:
+    with open_data(path, newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
-        header = reader.fieldnames or []
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise DataError(f"{path}:1: missing column(s) {missing}; found {header}")
-        line = 1
-        for row in reader:
-            start, line = line + 1, reader.line_num
-            if None in row or any(v is None for v in row.values()):
-                yield start, ValueError(f"expected {len(header)} tab/comma-separated fields, got a different number")
-            else:
-                yield start, row
+        try:
+            yield from _checked_rows(reader, path, columns)
+        except UnicodeDecodeError as e:  # decoded a block at a time: the line is where the bad block starts
+            raise DataError(f"{path}: not UTF-8 text at or after line {reader.line_num + 1} ({e.reason})") from None
+        except csv.Error as e:
+            raise DataError(f"{path}:{reader.line_num}: malformed {_describe_delimiter(delimiter)} ({e})") from None
+
+
+def _describe_delimiter(delimiter: str) -> str:
+    return "TSV" if delimiter == "\t" else "CSV"
+
+
+def _checked_rows(reader: csv.DictReader, path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, Any]]:
+    header = reader.fieldnames or []
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise DataError(f"{path}:1: missing column(s) {missing}; found {header}")
+    line = 1
+    for row in reader:
+        start, line = line + 1, reader.line_num
+        if None in row or any(v is None for v in row.values()):
+            yield start, ValueError(f"expected {len(header)} tab/comma-separated fields, got a different number")
+        else:
+            yield start, row
 
 
 def _parquet_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[str, dict]]:
@@ -134,8 +147,12 @@ def _parquet_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[str, d
 
 def _json_rows(path: Path, on_error: OnError, summary: ReadSummary) -> Iterator[tuple[str, dict]]:
     if path.suffix == ".json":
+        with open_data(path, binary=True) as f:
+            raw = f.read()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
         if not isinstance(data, list):

@@ -106,3 +106,20 @@ def test_public_records_share_the_prompt_format(tmp_path, tokenizer):
         messages = prompt_messages(rec, cfg.tool_budget)
         assert messages[-1] == {"role": "user", "content": rec["question"]}
         assert tokenizer.decode(row[:n].tolist()) == render(messages, [SEARCH_WEB_TOOL], add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("fmt, name, content, message", [
+    ("simpleqa", "bin.csv", b"metadata,problem,answer\n\"{}\",Q,\xff\xfe\n", "not UTF-8 text at or after line"),
+    ("frames", "huge.tsv", b"Prompt\tAnswer\nQ\t" + b"A" * 200_000 + b"\n", "malformed TSV"),  # > csv field limit
+    ("webwalkerqa", "bin.json", b"[\xff]", "not UTF-8 text"),
+])
+def test_undecodable_files_are_data_errors(tmp_path, fmt, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        load_public_qa(fmt, path)
+
+
+def test_a_directory_is_not_a_file(tmp_path):
+    with pytest.raises(DataError, match="is a directory"):
+        load_public_qa("frames", tmp_path)

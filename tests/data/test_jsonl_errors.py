@@ -1,0 +1,24 @@
+"""read_jsonl: undecodable lines and unreadable paths are DataErrors naming file and line, or counted skips."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchjax.data.jsonl import DataError, read_jsonl
+
+
+def test_a_bad_byte_is_that_line_s_error(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": "\xff"}\n{"a": 3}\n')
+    with pytest.raises(DataError, match=rf"{path}:2: .*can't decode byte 0xff"):
+        read_jsonl(path)
+    rows, summary = read_jsonl(path, on_error="skip")
+    assert [r["a"] for r in rows] == [1, 3] and summary.kept == 2
+    assert len(summary.skipped) == 1 and summary.skipped[0].startswith(f"{path}:2: ")
+
+
+def test_unreadable_paths(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        read_jsonl(tmp_path / "missing.jsonl")
+    with pytest.raises(DataError, match="is a directory"):
+        read_jsonl(tmp_path)
