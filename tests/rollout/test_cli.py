@@ -2,12 +2,20 @@
 
 import argparse
 import json
+import os
+import signal
+import subprocess
+import sys
+
+import portpicker
+import pytest
 
 from searchjax import model as M
 from searchjax.cli import main as cli_main
 from searchjax.cli import rollout as rollout_cli
 from searchjax.data.jsonl import write_jsonl as write_rows
 from searchjax.rollout import read_jsonl
+from searchjax.rollout.serve import decode
 from searchjax.search import build_index
 
 
@@ -17,10 +25,16 @@ def _parser():
     return parser
 
 
-def test_rollout_command_writes_records_and_a_summary(tmp_path, cfg, params, tokenizer, capsys):
-    model_dir = tmp_path / "model"
-    M.save_hf(model_dir, params, cfg)
-    tokenizer.save(model_dir / "tokenizer.json")
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, cfg, params, tokenizer):
+    """The tiny model as an HF checkpoint directory with its tokenizer.json."""
+    path = tmp_path_factory.mktemp("model")
+    M.save_hf(path, params, cfg)
+    tokenizer.save(path / "tokenizer.json")
+    return path
+
+
+def test_rollout_command_writes_records_and_a_summary(tmp_path, model_dir, capsys):
     corpus = tmp_path / "corpus.jsonl"
     write_rows(corpus, [{"title": "France", "url": "https://w.example/fr", "text": "Paris is the capital of France."}])
     build_index(str(corpus), str(tmp_path / "index"))
@@ -54,3 +68,24 @@ def test_rollout_command_reports_a_missing_prompts_file(tmp_path, capsys):
     ])
     assert args.func(args) == 1
     assert "none.jsonl" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_serve_command_answers_decode_on_loopback(model_dir, tokenizer):
+    port = portpicker.pick_unused_port()
+    cmd = [sys.executable, "-m", "searchjax.cli.main", "serve", "--model", str(model_dir), "--port", str(port),
+           "--slots", "2", "--max-len", "256", "--max-prefill-length", "64", "--temperature", "0"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "searchjax serve exited before serving"
+        assert f"127.0.0.1:{port}" in line
+        text, ids = decode(f"127.0.0.1:{port}", text="Paris is the capital of", max_tokens=4, timeout_s=300)
+        assert 1 <= len(ids) <= 4 and text == "".join(tokenizer.decode([i]) for i in ids)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
