@@ -2,7 +2,8 @@
 
 Side by side in one run:
 - embedded TantivyBackend (BM25 + snippets + stored fields) vs the bare tantivy top-10 search on the same
-  index and queries (the machine's own ceiling for this index): queries/s and their ratio;
+  index and queries (the machine's own ceiling for this index): queries/s and their ratio, medians of
+  --rounds alternating passes;
 - the HTTP service (a separate process on loopback) vs the embedded backend: queries/s and their ratio;
 - recall@10 of the first-hop document: for a relation r sampled from the KB, the query is the phrase that
   names r's far side through its subject (KnowledgeBase.describe_object, e.g. "the birthplace of Ludev
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -65,6 +67,13 @@ def qps(search, queries: list[str]) -> float:
     for q in queries:
         search(q)
     return len(queries) / (time.perf_counter() - start)
+
+
+def paired_qps(ours, reference, queries: list[str], rounds: int) -> tuple[float, float]:
+    """Median queries/s of `ours` and `reference` over `rounds` alternating passes: on a shared machine a
+    load spike then hits both sides alike instead of skewing their ratio."""
+    pairs = [(qps(ours, queries), qps(reference, queries)) for _ in range(rounds)]
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
 def bare_tantivy(index_dir: Path):
@@ -115,6 +124,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--memory-queries", type=int, default=100, help="queries for the slow in-memory reference")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating ours/bare passes (medians reported)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/searchjax_bench"))
     args = ap.parse_args(argv)
     world, index = prepare(args.work, args.docs, args.seed)
@@ -124,8 +134,8 @@ def main(argv=None) -> int:
     backend = TantivyBackend(index)
     out = {"num_docs": backend.num_docs, "queries": len(queries)}
     backend.search(queries[0])  # warm the page cache
-    out["tantivy_qps"] = qps(backend.search, queries)
-    out["bare_tantivy_qps"] = qps(bare_tantivy(index), queries)
+    out["tantivy_qps"], out["bare_tantivy_qps"] = paired_qps(backend.search, bare_tantivy(index), queries,
+                                                             args.rounds)
     out["tantivy_vs_bare"] = out["tantivy_qps"] / out["bare_tantivy_qps"]
     proc, url = http_service(index)
     try:
