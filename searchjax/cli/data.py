@@ -68,7 +68,7 @@ def _synth_qa(args) -> int:
         cfg = dataclasses.replace(cfg, **{k: v for k, v in over.items() if v is not None})
     except ConfigError:
         raise
-    except ValueError as e:  # SynthConfig's own checks (__post_init__)
+    except TypeError as e:  # SynthConfig's own checks (__post_init__) on the flags' values
         raise ConfigError(f"{args.config or 'synth-qa'}: {e}") from None
     world = Path(args.world)
     gen = QAGenerator(KnowledgeBase.load(world), SearchSolver(_backend(world, args.index), cfg.search_max_calls),

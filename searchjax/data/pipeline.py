@@ -67,13 +67,23 @@ class PipelineConfig:
     read_threads: int = 0  # 0: read in the consuming thread; >0: grain prefetch threads
 
     def __post_init__(self):
+        # TypeError, as searchjax.config expects of __post_init__ checks: load_yaml names the file then.
         if not self.sources:
-            raise ValueError("PipelineConfig.sources: at least one source is required")
+            raise TypeError("PipelineConfig.sources: at least one source is required")
         if any(s.weight <= 0 for s in self.sources):
-            raise ValueError(f"PipelineConfig.sources: weights must be > 0, got {[s.weight for s in self.sources]}")
+            raise TypeError(f"PipelineConfig.sources: weights must be > 0, got {[s.weight for s in self.sources]}")
+        kinds = [s.kind for s in self.sources if s.kind not in VALIDATORS]
+        if kinds:
+            raise TypeError(f"PipelineConfig.sources: unknown kind(s) {kinds}; expected one of {list(VALIDATORS)}")
         if self.batch_size < 1 or self.max_len < 8:
-            raise ValueError(f"PipelineConfig: batch_size >= 1 and max_len >= 8 required, got "
-                             f"{self.batch_size}, {self.max_len}")
+            raise TypeError(f"PipelineConfig: batch_size >= 1 and max_len >= 8 required, got "
+                            f"{self.batch_size}, {self.max_len}")
+        if self.tool_budget < 0 or self.read_threads < 0:
+            raise TypeError(f"PipelineConfig: tool_budget and read_threads must be >= 0, got "
+                            f"{self.tool_budget}, {self.read_threads}")
+        if self.on_error not in ("raise", "skip") or self.overflow not in ("error", "truncate"):
+            raise TypeError(f"PipelineConfig: on_error must be raise|skip and overflow error|truncate, got "
+                            f"{self.on_error!r}, {self.overflow!r}")
 
 
 def _validate_qa(row: dict[str, Any]) -> None:

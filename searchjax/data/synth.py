@@ -61,10 +61,15 @@ class SynthConfig:
     search_max_calls: int = 5
 
     def __post_init__(self):
+        # TypeError, as searchjax.config expects of __post_init__ checks: load_yaml names the file then.
         if not 2 <= self.min_hops <= self.max_hops <= 6:
-            raise ValueError(f"need 2 <= min_hops <= max_hops <= 6, got {self.min_hops}-{self.max_hops}")
+            raise TypeError(f"SynthConfig: need 2 <= min_hops <= max_hops <= 6, got {self.min_hops}-{self.max_hops}")
         if not 0 <= self.augment_fraction <= 1 or not 0 <= self.dev_fraction < 1:
-            raise ValueError("augment_fraction must be in [0, 1] and dev_fraction in [0, 1)")
+            raise TypeError(f"SynthConfig: augment_fraction must be in [0, 1] and dev_fraction in [0, 1), got "
+                            f"{self.augment_fraction} and {self.dev_fraction}")
+        for name in ("n", "min_docs", "max_attempts_per_question", "search_max_calls"):
+            if getattr(self, name) < 1:
+                raise TypeError(f"SynthConfig.{name}: expected >= 1, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass(frozen=True)

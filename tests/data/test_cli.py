@@ -112,7 +112,8 @@ def test_bad_config_and_world_are_clear_errors(world, tmp_path, capsys):
     assert run([*base, "--world", str(world), "--config", str(cfg), "--hops", "2", "--n", "2"]) == 0  # flags win
     cfg.write_text("min_hops: 4\nmax_hops: 2\n")
     assert run([*base, "--world", str(world), "--config", str(cfg)]) == 2
-    assert f"{cfg}: need 2 <= min_hops <= max_hops" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{cfg}: " in err and "need 2 <= min_hops <= max_hops" in err
 
 
 def test_sft_reports_skipped_rows(world, tmp_path, capsys):

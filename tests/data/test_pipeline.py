@@ -182,3 +182,18 @@ def test_real_qwen_tokenizer_prompt_ids_equal_full_encode(files):
         for row, n, rec in zip(batch["input_ids"], batch["lengths"], batch["records"]):
             text = render(prompt_messages(rec, cfg.tool_budget), [SEARCH_WEB_TOOL], add_generation_prompt=True)
             assert row[:n].tolist() == tok.encode(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("sources: []\n", "at least one source"),
+    ("sources: [{name: a, path: a.jsonl, kind: qa, weight: 0}]\n", "weights must be > 0"),
+    ("sources: [{name: a, path: a.jsonl, kind: qa}]\ntool_budget: -1\n", "tool_budget and read_threads"),
+])
+def test_bad_pipeline_yaml_names_the_file(tmp_path, text, message):
+    from searchjax.config import ConfigError
+
+    path = tmp_path / "mix.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_yaml(PipelineConfig, path)
+    assert str(path) in str(exc.value)

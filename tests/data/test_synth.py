@@ -121,8 +121,10 @@ def test_shipped_synth_config_loads():
 
     cfg = load_yaml(SynthConfig, configs_dir() / "data" / "synth_qa.yaml")
     assert (cfg.min_hops, cfg.max_hops) == (2, 4) and cfg.search_max_calls == 5
-    with pytest.raises(ValueError, match="min_hops <= max_hops"):
+    with pytest.raises(TypeError, match="min_hops <= max_hops"):
         SynthConfig(min_hops=3, max_hops=2)
+    with pytest.raises(TypeError, match=r"SynthConfig.n: expected >= 1"):
+        SynthConfig(n=0)
 
 
 @settings(max_examples=300, deadline=None)
