@@ -57,7 +57,8 @@ def token_logprobs(
     Args:
       hidden: [B, T, D] final hidden states (after the final norm), any float dtype.
       unembed: [V, D] unembedding (`Params.unembed`: HF lm_head.weight, or the tied embedding).
-      targets: [B, T] integer ids of the sampled / next tokens.
+      targets: [B, T] integer ids of the sampled / next tokens, in [0, V): an id outside that range matches no
+        vocabulary row and gives −logsumexp instead of an error (values cannot be checked under jit).
       chunk: vocabulary rows per scan step (adjusted to a divisor of V when one is close); the peak live
         logits block is [B·T, chunk] float32, forward and backward.
 
