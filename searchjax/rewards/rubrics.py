@@ -32,7 +32,8 @@ from typing import Any, Protocol
 CODE_KINDS = ("language", "contains", "not_contains", "one_word", "no_citations", "format", "length")
 KINDS = CODE_KINDS + ("judge",)
 FORMATS = ("list", "table", "one_sentence")
-CITATION_RE = re.compile(r"\[[A-Za-z_][A-Za-z0-9_-]*:\s*\d+\]")
+# [type:idx], also with several indices ("[web:1,3]", "[web:1, 3]") as engines emit them.
+CITATION_RE = re.compile(r"\[[A-Za-z_][A-Za-z0-9_-]*:\s*\d+(?:\s*,\s*\d+)*\]")
 
 
 class ChatClientError(RuntimeError):

@@ -166,3 +166,14 @@ def test_code_rubrics_never_raise_on_any_text(text):
                                      "ar", "el", "he", "hi", "th"}
     for fmt in ("list", "table", "one_sentence"):
         assert isinstance(check_format(text, fmt), bool)
+
+
+@pytest.mark.parametrize("text, has_marker", [
+    ("See [web:3].", True), ("See [attached_file:12].", True), ("See [memory: 1].", True),
+    ("See [web:1,3] and more.", True), ("See [chart:2, 4].", True),
+    ("Paris[web:1] is the capital.", True),  # markers glued to a word count too
+    ("A list [1, 2] and a time 10:30.", False), ("Ratio [a:b].", False), ("See [web:].", False),
+])
+def test_citation_markers(text, has_marker):
+    r = Rubric("no citations", "no_citations", {})
+    assert evaluate_rubrics("", text, [r], RuleJudge()) == [not has_marker]
