@@ -69,6 +69,23 @@ def bm25_query(schema: tantivy.Schema, terms: list[str]) -> tantivy.Query:
                                         for t in terms])
 
 
+def _load_rows(path: Path) -> list[tuple[str, str, str]]:
+    """The [title, url, text] rows beside the index, text whitespace-collapsed; SearchError names file:line.
+
+    Whitespace is collapsed once here rather than in every snippet: a fragment of collapsed text is
+    collapsed, and the snippet window then counts the characters the reader sees.
+    """
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                title, url, text = json.loads(line)
+                rows.append((title, url, " ".join(text.split())))
+            except (ValueError, TypeError, AttributeError) as e:
+                raise SearchError(f"{path}:{lineno}: not a [title, url, text] row ({e}); rebuild the index") from None
+    return rows
+
+
 class TantivyBackend:
     """BM25 search over a tantivy index written by `build_index`."""
 
@@ -81,11 +98,7 @@ class TantivyBackend:
         self._index = tantivy.Index.open(str(index_dir))
         self._schema = self._index.schema
         self._searcher = self._index.searcher()
-        with (index_dir / _DOCS_FILE).open(encoding="utf-8") as f:
-            # Whitespace is collapsed once here rather than in every snippet: a fragment of collapsed text
-            # is collapsed, and the snippet window then counts the characters the reader sees.
-            self._rows: list[tuple[str, str, str]] = [(title, url, " ".join(text.split()))
-                                                      for title, url, text in map(json.loads, f)]
+        self._rows = _load_rows(index_dir / _DOCS_FILE)
         if len(self._rows) != self._searcher.num_docs:
             raise SearchError(f"{index_dir}: {_DOCS_FILE} has {len(self._rows)} rows for "
                               f"{self._searcher.num_docs} indexed documents; rebuild the index")

@@ -142,3 +142,7 @@ def test_index_with_missing_rows_is_refused(tmp_path):
     (tmp_path / "idx" / "docs.jsonl").write_text("\n".join(rows[:2]) + "\n")
     with pytest.raises(SearchError, match="2 rows for 3 indexed documents"):
         TantivyBackend(tmp_path / "idx")
+    for bad in ("{not json", '["T2", "u2"]', '["T2", "u2", 5]'):  # truncated, short or mistyped row
+        (tmp_path / "idx" / "docs.jsonl").write_text("\n".join(rows[:2] + [bad]) + "\n")
+        with pytest.raises(SearchError, match=r"docs.jsonl:3: not a \[title, url, text\] row"):
+            TantivyBackend(tmp_path / "idx")
