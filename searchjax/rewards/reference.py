@@ -1,7 +1,8 @@
 """A straightforward per-rollout Python implementation of RECIPE.md §4 (+ §2 advantages), for checking.
 
 Loops over groups and rollouts with Python floats and `math`, written from the equations independently of the
-vectorised `searchjax.rewards` code. The tests use it as an oracle and tools/bench_rewards.py as the baseline
+vectorised `searchjax.rewards` code; each group's anchors (b_g, Ŵ_g, b_win, b_lose, the cap) are computed once
+per group, then every rollout's values in a per-rollout loop. The tests use it as an oracle and tools/bench_rewards.py as the baseline
 the jitted `compute_rewards` is timed against. The tool baseline b_g is an input (draw it with
 `draw_baselines_python` or take `RewardBreakdown.tool_baseline`), so both sides can be fed the same b_g.
 """
@@ -39,24 +40,28 @@ def _tool(records: dict[str, Grid], g: int, i: int, b_g: float, has_winner: bool
     return cfg.alpha_lose * p + cfg.beta_lose
 
 
-def _length(records: dict[str, Grid], g: int, i: int, cfg: RewardConfig) -> float:
+def _length_anchors(records: dict[str, Grid], g: int, cfg: RewardConfig) -> tuple[set[int], float, float, float]:
+    """Group g's shaping set Ŵ_g, b_win, b_lose and the hard cap, computed once per group (0.0 for an empty mean)."""
     valid = _valid(records["mask"], g)
     ref = records["ref_lengths"][g]
     shaping = {j for j in valid
                if records["correct"][g][j] > 0.5 and records["preference"][g][j] >= cfg.preferred_threshold}
-    length = records["lengths"][g][i]
+    losers = [j for j in valid if j not in shaping]
+    b_win = sum(ref[j] for j in shaping) / len(shaping) if shaping else 0.0
+    b_lose = sum(ref[j] for j in losers) / len(losers) if losers else 0.0
     cap = cfg.max_length if cfg.max_length is not None else max(ref[j] for j in valid)
+    return shaping, b_win, b_lose, cap
+
+
+def _length(length: float, in_shaping: bool, b_win: float, b_lose: float, cap: float) -> float:
     if length > cap:
         return 1.0
-    if i in shaping:
-        b_win = sum(ref[j] for j in shaping) / len(shaping)
+    if in_shaping:
         if b_win == 0:
             return 1.0 if length > 0 else 0.0
         return 1.0 - math.exp(-max(0.0, length / b_win - 1.0))
     if length == 0:
         return 1.0
-    losers = [j for j in valid if j not in shaping]
-    b_lose = sum(ref[j] for j in losers) / len(losers)
     return 1.0 - math.exp(-max(0.0, b_lose / length - 1.0))
 
 
@@ -83,9 +88,11 @@ def reference_rewards(records: dict[str, Grid], baselines: Sequence[float], cfg:
         valid = _valid(records["mask"], g)
         has_winner = any(records["correct"][g][i] > 0.5 for i in valid)
         rows = {k: [0.0] * len(row) for k in names}
+        if valid:
+            shaping, b_win, b_lose, cap = _length_anchors(records, g, cfg)
         for i in valid:
             tool = _tool(records, g, i, baselines[g], has_winner, cfg)
-            length = _length(records, g, i, cfg)
+            length = _length(records["lengths"][g][i], i in shaping, b_win, b_lose, cap)
             pen = cfg.lambda_tool * tool + cfg.lambda_len * length
             r_base, s = records["correct"][g][i], records["preference"][g][i]
             credit = r_base * s if cfg.aggregation == "gated" else r_base + cfg.linear_weight * s
