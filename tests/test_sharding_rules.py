@@ -48,7 +48,7 @@ def test_bad_tables_raise_naming_the_axis(rules, match):
 
 
 def test_spec_without_mesh_follows_the_table():
-    assert logical_to_spec(("batch", "seq", "embed")) == P(("data", "fsdp"), None, None)
+    assert logical_to_spec(("batch", "seq", "embed")) == P(("data", "fsdp", "expert"), None, None)
     assert logical_to_spec(("embed", "ffw")) == P("fsdp", "tensor")
     assert logical_to_spec((None, "experts", "embed", "ffw")) == P(None, "expert", "fsdp", "tensor")
 
@@ -57,6 +57,12 @@ def test_a_mesh_axis_is_used_once_per_array():
     # batch takes data and fsdp; embed then may not reuse fsdp.
     mesh = make_mesh({"data": 2, "fsdp": 4})
     assert logical_to_spec(("batch", "seq", "embed"), mesh=mesh) == P(("data", "fsdp"), None, None)
+
+
+def test_batch_is_split_over_expert_parallel_devices_too():
+    mesh = make_mesh({"fsdp": 2, "expert": 4})
+    assert logical_to_spec(("batch", "seq"), mesh=mesh, shape=(8, 3)) == P(("fsdp", "expert"), None)
+    assert logical_to_spec(("experts", "embed", "ffw"), mesh=mesh, shape=(8, 4, 4)) == P("expert", "fsdp", None)
 
 
 def test_size_one_mesh_axes_are_dropped():

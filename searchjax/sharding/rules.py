@@ -33,9 +33,10 @@ Rules = Mapping[str, tuple[str, ...]]
 
 # One table. A logical axis maps to a tuple of mesh axes (empty = replicated). The batch is split over every
 # data-parallel axis; weights are split over fsdp on their `embed` dimension and over tensor on heads/ffw/vocab;
-# experts go over `expert`.
+# experts go over `expert`. The batch is split over `expert` too: outside the MoE layers the expert-parallel
+# devices work on different sequences instead of repeating the same computation.
 DEFAULT_RULES: Rules = {
-    "batch": ("data", "fsdp"),
+    "batch": ("data", "fsdp", "expert"),
     "seq": (),
     "embed": ("fsdp",),
     "q_heads": ("tensor",),
