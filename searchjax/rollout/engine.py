@@ -165,6 +165,8 @@ class SearchJaxEngine(engine_api.Engine):
         mesh: Mesh | None = None,
     ):
         _check_sizes(max_concurrent_decodes, max_prefill_length, max_len)
+        if max_len > cfg.max_position_embeddings:
+            raise ValueError(f"max_len ({max_len}) exceeds the model's max_position_embeddings ({cfg.max_position_embeddings})")
         self.cfg, self.tokenizer, self.default_sampling = cfg, tokenizer, sampling
         self.max_len, self.cache_dtype = max_len, jnp.dtype(cache_dtype)
         self._batch, self._max_prefill = max_concurrent_decodes, max_prefill_length

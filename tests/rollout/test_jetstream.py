@@ -6,7 +6,7 @@ import socket
 import jax
 import pytest
 
-from searchjax.rollout import Request, RolloutDriver, Sampling
+from searchjax.rollout import Request, RolloutDriver, Sampling, SearchJaxEngine
 from searchjax.rollout.jetstream_compat import engine_api, jetstream_pb2, orchestrator
 from searchjax.rollout.serve import RolloutServer, decode, make_driver
 
@@ -100,3 +100,15 @@ def _assert_not_reachable_off_loopback(port):
 def test_decode_client_needs_exactly_one_input():
     with pytest.raises(ValueError, match="exactly one"):
         decode("127.0.0.1:1", max_tokens=1)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(max_prefill_length=100), "prefill buckets"),
+    (dict(max_concurrent_decodes=0), "max_concurrent_decodes"),
+    (dict(max_len=32), "max_len"),
+    (dict(max_len=1 << 20, max_prefill_length=64), "max_position_embeddings"),
+])
+def test_engine_rejects_bad_sizes(cfg, params, tokenizer, bad, match):
+    kwargs = dict(max_concurrent_decodes=2, max_prefill_length=64, max_len=256) | bad
+    with pytest.raises(ValueError, match=match):
+        SearchJaxEngine(cfg, params, tokenizer, **kwargs)
