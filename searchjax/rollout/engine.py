@@ -195,56 +195,62 @@ class SearchJaxEngine(engine_api.Engine):
 
     # ---------------------------------------------------------------- jitted kernels
     def _build_jitted(self) -> None:
-        cfg, max_len, dtype = self.cfg, self.max_len, self.cache_dtype
+        """Jit the kernels once per engine, with the shardings of what they return."""
         repl = self._replicated
-
-        def fresh_cache():
-            self.trace_counts["init_cache"] += 1
-            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), M.cache_shapes(cfg, 1, max_len, dtype))
-
-        def prefill(params, tokens, true_length, cache, sampling, key):
-            self.trace_counts["prefill"] += 1
-            lengths = jnp.reshape(true_length, (1,)).astype(jnp.int32)
-            logits, cache = M.prefill(params, tokens, cfg, cache, lengths)
-            last = jnp.take(logits[0], true_length - 1, axis=0).astype(jnp.float32)
-            return Prefix(cache=cache, logits=last[None, :], sampling=sampling, key=key)
-
-        def insert(prefix, state, slot):
-            self.trace_counts["insert"] += 1
-            put = lambda full, row: full.at[slot].set(row[0])  # noqa: E731
-            return DecodeState(
-                cache=M.insert_cache(state.cache, prefix.cache, slot),
-                logits=put(state.logits, prefix.logits),
-                sampling=jax.tree.map(put, state.sampling, prefix.sampling),
-                keys=put(state.keys, prefix.key),
-                generated=state.generated.at[slot].set(0),
-                active=state.active.at[slot].set(True),
-            )
-
         prefix_shardings = self._shardings(1, Prefix)
         state_shardings = self._shardings(self._batch, DecodeState)
-        def init_state():
-            self.trace_counts["init_decode_state"] += 1
-            b, shapes = self._batch, M.cache_shapes(cfg, self._batch, max_len, dtype)
-            return DecodeState(
-                cache=jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
-                logits=jnp.zeros((b, cfg.vocab_size), jnp.float32),
-                sampling=SamplingArrays(
-                    temperature=jnp.full((b,), self.default_sampling.temperature, jnp.float32),
-                    top_p=jnp.full((b,), self.default_sampling.top_p, jnp.float32),
-                    top_k=jnp.full((b,), self.default_sampling.top_k, jnp.int32),
-                ),
-                keys=jnp.zeros((b, jax.random.key_data(self._base_key).shape[-1]), jnp.uint32),
-                generated=jnp.zeros((b,), jnp.int32),
-                active=jnp.zeros((b,), bool),
-            )
-
-        self._fresh_cache = jax.jit(fresh_cache, out_shardings=prefix_shardings.cache)
-        self._init_state = jax.jit(init_state, out_shardings=state_shardings)
-        self._prefill = jax.jit(prefill, out_shardings=prefix_shardings)
-        self._insert = jax.jit(insert, donate_argnums=(1,), out_shardings=state_shardings)
+        self._fresh_cache = jax.jit(self._zero_cache, out_shardings=prefix_shardings.cache)
+        self._init_state = jax.jit(self._zero_state, out_shardings=state_shardings)
+        self._prefill = jax.jit(self._prefill_step, out_shardings=prefix_shardings)
+        self._insert = jax.jit(self._insert_step, donate_argnums=(1,), out_shardings=state_shardings)
         self._generate = jax.jit(
             self._generate_step, donate_argnums=(1,), out_shardings=(state_shardings, repl, repl)
+        )
+
+    def _zeros(self, shapes):
+        return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def _zero_cache(self):
+        """An empty batch-1 cache (the start of every new request)."""
+        self.trace_counts["init_cache"] += 1
+        return self._zeros(M.cache_shapes(self.cfg, 1, self.max_len, self.cache_dtype))
+
+    def _zero_state(self) -> DecodeState:
+        """An empty decode state: every slot inactive, caches zero, default sampling."""
+        self.trace_counts["init_decode_state"] += 1
+        b, s = self._batch, self.default_sampling
+        return DecodeState(
+            cache=self._zeros(M.cache_shapes(self.cfg, b, self.max_len, self.cache_dtype)),
+            logits=jnp.zeros((b, self.cfg.vocab_size), jnp.float32),
+            sampling=SamplingArrays(
+                temperature=jnp.full((b,), s.temperature, jnp.float32),
+                top_p=jnp.full((b,), s.top_p, jnp.float32),
+                top_k=jnp.full((b,), s.top_k, jnp.int32),
+            ),
+            keys=jnp.zeros((b, jax.random.key_data(self._base_key).shape[-1]), jnp.uint32),
+            generated=jnp.zeros((b,), jnp.int32),
+            active=jnp.zeros((b,), bool),
+        )
+
+    def _prefill_step(self, params, tokens, true_length, cache, sampling, key) -> Prefix:
+        """Append tokens[0, :true_length] to the batch-1 cache; keep the logits of the last real position."""
+        self.trace_counts["prefill"] += 1
+        lengths = jnp.reshape(true_length, (1,)).astype(jnp.int32)
+        logits, cache = M.prefill(params, tokens, self.cfg, cache, lengths)
+        last = jnp.take(logits[0], true_length - 1, axis=0).astype(jnp.float32)
+        return Prefix(cache=cache, logits=last[None, :], sampling=sampling, key=key)
+
+    def _insert_step(self, prefix: Prefix, state: DecodeState, slot) -> DecodeState:
+        """Row `slot` of the decode state becomes the prefix (cache, pending logits, sampling, key)."""
+        self.trace_counts["insert"] += 1
+        put = lambda full, row: full.at[slot].set(row[0])  # noqa: E731
+        return DecodeState(
+            cache=M.insert_cache(state.cache, prefix.cache, slot),
+            logits=put(state.logits, prefix.logits),
+            sampling=jax.tree.map(put, state.sampling, prefix.sampling),
+            keys=put(state.keys, prefix.key),
+            generated=state.generated.at[slot].set(0),
+            active=state.active.at[slot].set(True),
         )
 
     def _shardings(self, batch: int, kind: type):
