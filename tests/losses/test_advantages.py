@@ -58,11 +58,15 @@ def test_invariances(use_jit, rewards, mask, seed, normalize):
     padded = fn(np.pad(rewards, ((0, 1), (0, 2)), constant_values=9.0), np.pad(mask, ((0, 1), (0, 2))),
                 normalize_std=normalize)
     np.testing.assert_allclose(np.asarray(padded)[:3, :5], out, rtol=1e-6)
-    # Shift invariance, and scale invariance when normalising (the std absorbs the scale).
-    np.testing.assert_allclose(fn(rewards + 5.0, mask, normalize_std=normalize), out, atol=1e-4)
+    # Shift invariance, and scale invariance when normalising (the std absorbs the scale). With the std
+    # division, a group whose rewards spread by less than float32's resolution at R + 5 (e.g. 1e-5 vs 0) has
+    # its O(1) advantages rebuilt from rounded inputs, so those groups are compared without it only.
+    big = np.array([np.ptp(rewards[g][mask[g]]) > 0.1 if mask[g].any() else False for g in range(3)])
+    keep = big if normalize else np.ones(3, bool)
+    shifted = np.asarray(fn(rewards + 5.0, mask, normalize_std=normalize))
+    np.testing.assert_allclose(shifted[keep], out[keep], atol=1e-4)
     if normalize:
         scaled = np.asarray(fn(rewards * 3.0, mask, normalize_std=True))
-        big = np.array([np.ptp(rewards[g][mask[g]]) > 0.1 if mask[g].any() else False for g in range(3)])
         np.testing.assert_allclose(scaled[big], out[big], rtol=1e-3, atol=1e-3)
 
 
