@@ -135,7 +135,9 @@ def load_yaml(cls: type[T], path: str | Path) -> T:
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     try:
         return from_dict(cls, data, where=str(path))
-    except TypeError as e:  # __post_init__ validation
+    except ConfigError:
+        raise  # already names the file and the field
+    except (TypeError, ValueError) as e:  # a dataclass's own __post_init__ validation
         raise ConfigError(f"{path}: {e}") from None
 
 

@@ -63,3 +63,20 @@ def test_load_yaml_names_the_file(tmp_path):
         load_yaml(Outer, p)
     with pytest.raises(ConfigError, match="no such config file"):
         load_yaml(Outer, tmp_path / "missing.yaml")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    lo: int
+    hi: int
+
+    def __post_init__(self):
+        if self.lo > self.hi:
+            raise ValueError(f"lo must be <= hi, got {self.lo} > {self.hi}")
+
+
+def test_post_init_errors_name_the_file(tmp_path):
+    p = tmp_path / "checked.yaml"
+    p.write_text("lo: 3\nhi: 1\n")
+    with pytest.raises(ConfigError, match=rf"{p}: lo must be <= hi, got 3 > 1"):
+        load_yaml(Checked, p)
