@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 
 def _engine(args: argparse.Namespace, sampling=None):
@@ -57,9 +60,22 @@ def _rollout(args: argparse.Namespace) -> int:
     agent = SearchAgent(driver, backend, AgentConfig(args.budget, args.max_new_tokens, sampling))
     total = len(items) * (args.group + (1 if reference is not None else 0))
     t0 = time.perf_counter()
-    with tqdm(total=total, desc="rollouts", unit="rollout", file=sys.stderr) as bar:
-        records = run_rollouts(agent, items, args.group, jax.random.key(args.seed), reference, on_record=lambda r: bar.update())
-    write_jsonl(records, args.out)
+    # Each record is appended to OUT.partial as soon as its rollout ends, so a crash or a kill loses no finished
+    # rollout; the complete file (in prompt/group order) then replaces it atomically.
+    out = Path(args.out)
+    partial = out.with_name(out.name + ".partial")
+    with tqdm(total=total, desc="rollouts", unit="rollout", file=sys.stderr) as bar, partial.open("w") as stream:
+
+        def on_record(record) -> None:
+            stream.write(json.dumps(dataclasses.asdict(record)) + "\n")
+            stream.flush()
+            bar.update()
+
+        records = run_rollouts(agent, items, args.group, jax.random.key(args.seed), reference, on_record=on_record)
+    tmp = out.with_name(out.name + ".tmp")
+    write_jsonl(records, tmp)
+    os.replace(tmp, out)
+    partial.unlink()
     print(json.dumps(_summary(records, time.perf_counter() - t0)))
     return 0
 

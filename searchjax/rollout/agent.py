@@ -201,7 +201,16 @@ class SearchAgent:
                 on_record(c.request.tag.record)
             return follow
 
-        self.driver.run([self._request(r) for r in states], on_finish=on_finish)
+        runnable = []
+        for r in states:
+            if len(r.tokens) >= self.driver.engine.max_len:
+                # The prompt alone fills the cache: a complete (empty) record, not an error that ends the batch.
+                r.finish("context", "")
+                if on_record is not None:
+                    on_record(r.record)
+            else:
+                runnable.append(r)
+        self.driver.run([self._request(r) for r in runnable], on_finish=on_finish)
         return [r.record for r in states]
 
 

@@ -157,6 +157,18 @@ def test_a_model_that_never_stops_gives_a_complete_record(tokenizer):
     assert (record.finish_reason, record.response_length, record.tool_calls) == ("max_tokens", 37, 0)
 
 
+def test_a_prompt_longer_than_the_cache_gives_a_context_record_not_an_error(tokenizer):
+    backend = CountingBackend(DOCS)
+    agent = SearchAgent(ScriptedDriver(tokenizer, [ANSWER], max_len=64), backend, AgentConfig(2, 50))
+    seen = []
+    records = run_rollouts(agent, [_item()], 2, jax.random.key(0), on_record=seen.append)
+    assert [r.finish_reason for r in records] == ["context", "context"] and seen == records
+    for r in records:
+        r.check()
+        assert (r.response_length, r.tool_calls, r.answer) == (0, 0, "")
+        assert r.prompt_length == len(r.tokens) > 64
+
+
 def test_records_round_trip_jsonl_and_pad(tokenizer, tmp_path):
     a, _, _ = _run(tokenizer, [CALL, ANSWER])
     b, _, _ = _run(tokenizer, ["the river Avon "], max_new=5)

@@ -14,6 +14,7 @@ from searchjax import model as M
 from searchjax.cli import main as cli_main
 from searchjax.cli import rollout as rollout_cli
 from searchjax.data.jsonl import write_jsonl as write_rows
+import searchjax.rollout as rollout_pkg
 from searchjax.rollout import read_jsonl
 from searchjax.rollout.serve import decode
 from searchjax.search import build_index
@@ -34,7 +35,7 @@ def model_dir(tmp_path_factory, cfg, params, tokenizer):
     return path
 
 
-def test_rollout_command_writes_records_and_a_summary(tmp_path, model_dir, capsys):
+def test_rollout_command_writes_records_and_a_summary(tmp_path, model_dir, capsys, monkeypatch):
     corpus = tmp_path / "corpus.jsonl"
     write_rows(corpus, [{"title": "France", "url": "https://w.example/fr", "text": "Paris is the capital of France."}])
     build_index(str(corpus), str(tmp_path / "index"))
@@ -42,11 +43,12 @@ def test_rollout_command_writes_records_and_a_summary(tmp_path, model_dir, capsy
     write_rows(prompts, [{"id": "q1", "question": "Capital of France?", "answer": "Paris"},
                          {"id": "q2", "question": "Which river flows through Bath?", "answer": "Avon"}])
     out = tmp_path / "records.jsonl"
-    args = _parser().parse_args([
+    args_list = [
         "rollout", "--model", str(model_dir), "--index", str(tmp_path / "index"), "--prompts", str(prompts),
         "--group", "2", "--budget", "1", "--max-new-tokens", "5", "--temperature", "0.8", "--top-k", "50",
-        "--seed", "3", "--out", str(out), "--slots", "4", "--max-len", "1024", "--max-prefill-length", "64",
-    ])
+        "--seed", "3", "--slots", "4", "--max-len", "1024", "--max-prefill-length", "64", "--out", str(out),
+    ]
+    args = _parser().parse_args(args_list)
     assert args.func(args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     records = read_jsonl(out)
@@ -54,6 +56,29 @@ def test_rollout_command_writes_records_and_a_summary(tmp_path, model_dir, capsy
     assert summary["rollouts"] == 4 and summary["policy_tokens"] == sum(r.response_length for r in records)
     assert sum(summary["finish_reasons"].values()) == 4 and summary["tokens_per_s"] > 0
     assert "searchjax.cli.rollout" in cli_main.COMMAND_MODULES
+    assert sorted(p.name for p in tmp_path.glob("records.jsonl*")) == ["records.jsonl"]
+
+    # A run that dies after two finished rollouts keeps them, complete and readable, in OUT.partial.
+    real = rollout_pkg.run_rollouts
+
+    def dies_after_two(agent, items, group, key, reference, on_record):
+        def record_then_maybe_die(record):
+            on_record(record)
+            if record_then_maybe_die.n == 1:
+                raise RuntimeError("killed")
+            record_then_maybe_die.n += 1
+
+        record_then_maybe_die.n = 0
+        return real(agent, items, group, key, reference, on_record=record_then_maybe_die)
+
+    monkeypatch.setattr(rollout_pkg, "run_rollouts", dies_after_two)
+    out2 = tmp_path / "killed.jsonl"
+    args = _parser().parse_args([*args_list[:-2], "--out", str(out2)])
+    with pytest.raises(RuntimeError, match="killed"):
+        args.func(args)
+    assert not out2.exists()
+    kept = read_jsonl(tmp_path / "killed.jsonl.partial")
+    assert len(kept) == 2 and all(r.response_length > 0 for r in kept)
 
 
 def test_serve_binds_loopback_by_default():
