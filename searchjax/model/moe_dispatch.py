@@ -10,8 +10,10 @@ rows are contiguous, and a *grouped* matmul multiplies each group by its own exp
 
 * ``"ragged"``: ``jax.lax.ragged_dot`` (native grouped GEMM on GPU/TPU; on CPU XLA lowers it densely over E).
 * ``"block"``: block-sparse, for CPU. Each expert's group is padded to a multiple of a block size b; the
-  number of blocks ⌊(N·X + min(E, N·X)·(b−1)) / b⌋ is static, every block belongs to one expert, and one
-  batched einsum multiplies each [b, D] block by its expert's gathered [D, F] weights.
+  number of blocks ⌊(N·X + min(E, N·X)·(b−1)) / b⌋ is static and every block belongs to one expert. One
+  `lax.scan` step per block multiplies its [b, D] rows by that expert's [D, F] weights (indexed, not copied);
+  a custom VJP makes the backward pass one scan too, adding each block's weight gradient into its expert's
+  slice only, so forward and backward cost O(N·X·D·F), independent of E.
 
 Both are plain gathers and matmuls, hence differentiable (training) and jit-able; matmuls accumulate in fp32.
 """
@@ -30,13 +32,14 @@ def default_impl() -> str:
 
 
 def default_block_size(num_rows: int, num_experts: int) -> int:
-    """Block size b for the block scheme: about the mean group size N·X/E, a power of two in [1, 64].
+    """Block size b for the block scheme: a power of two near a quarter of the mean group N·X/E, in [1, 256].
 
-    Padding wastes at most min(E, N·X)·(b−1) rows, so b ≈ N·X/E keeps the padded work within ~2× of N·X
-    while large blocks keep each matmul efficient when groups are big.
+    Padding wastes about E·b/2 rows, i.e. ~1/8 of N·X at b = N·X/(4E), while large blocks keep each matmul
+    efficient when groups are big (measured on CPU: 2048 tokens top-4 of 64 experts, b = 32 is fastest; of 8
+    experts, b = 256).
     """
-    mean = max(1, num_rows // max(1, num_experts))
-    return int(min(64, 1 << (mean.bit_length() - 1)))
+    quarter = max(1, num_rows // (4 * max(1, num_experts)))
+    return int(min(256, 1 << (quarter.bit_length() - 1)))
 
 
 def _check(x, top_idx, top_w, w_gate, w_up, w_down) -> None:

@@ -107,9 +107,10 @@ def test_bfloat16_accumulates_in_float32(impl):
 
 def test_default_block_size_tracks_mean_group():
     assert default_block_size(8, 256) == 1
-    assert default_block_size(8192, 8) == 64
-    assert default_block_size(8192, 256) == 32
-    assert default_block_size(100, 4) == 16
+    assert default_block_size(8192, 8) == 256
+    assert default_block_size(8192, 64) == 32
+    assert default_block_size(8192, 256) == 8
+    assert default_block_size(100, 4) == 4
 
 
 @pytest.mark.parametrize(
