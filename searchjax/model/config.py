@@ -97,6 +97,8 @@ class ModelConfig:
             raise ConfigError(
                 f"ModelConfig: num_experts_per_tok={self.num_experts_per_tok} > num_experts={self.num_experts}"
             )
+        if self.chunk_size & (self.chunk_size - 1):
+            raise ConfigError(f"ModelConfig.chunk_size must be a power of two, got {self.chunk_size}")
         rot = self.rotary_dim
         if not 0.0 < self.partial_rotary_factor <= 1.0 or rot % 2 or rot == 0:
             raise ConfigError(

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
+
+# Not called here any more (see unit_lower_inverse). tests/model/test_sharding.py, test_multihost.py and
+# tools/bench_model.py (helper M2's files) still monkeypatch this module attribute; remove once they stop.
+from jax.scipy.linalg import solve_triangular  # noqa: F401
 
 from searchjax.model.config import ModelConfig
 from searchjax.model.layers import gated_rms_norm
@@ -40,6 +43,30 @@ def causal_conv(x: jax.Array, w: jax.Array, state: jax.Array, valid_len: jax.Arr
     return out.astype(x.dtype), new_state.astype(state.dtype)
 
 
+def unit_lower_inverse(strict: jax.Array) -> jax.Array:
+    """(I + L)⁻¹ for L = strictly lower part of `strict` [..., C, C] (C a power of two), by blockwise doubling.
+
+    Diagonal blocks of the inverse double in size each level: for (I+L) = [[A, 0], [B, D]],
+    (I+L)⁻¹ = [[A⁻¹, 0], [−D⁻¹ B A⁻¹, D⁻¹]]. Only matmuls (log2 C levels), no LAPACK call: jaxlib's CPU
+    triangular solve can deadlock the XLA thread pool on small machines, and this is faster for C = 64.
+    """
+    c = strict.shape[-1]
+    if c & (c - 1):
+        raise ValueError(f"unit_lower_inverse: size {c} is not a power of two")
+    blocks = jnp.ones(strict.shape[:-2] + (c, 1, 1), strict.dtype)  # [..., C/n, n, n] diagonal blocks
+    n = 1
+    while n < c:
+        m = c // (2 * n)
+        off = jnp.stack([strict[..., j * 2 * n + n:(j + 1) * 2 * n, j * 2 * n:j * 2 * n + n] for j in range(m)], -3)
+        a, d = blocks[..., 0::2, :, :], blocks[..., 1::2, :, :]
+        lower = -jnp.einsum("...ij,...jk,...kl->...il", d, off, a)
+        top = jnp.concatenate([a, jnp.zeros_like(a)], axis=-1)
+        bottom = jnp.concatenate([lower, d], axis=-1)
+        blocks = jnp.concatenate([top, bottom], axis=-2)
+        n *= 2
+    return blocks[..., 0, :, :]
+
+
 def _expand_heads(q, k, nv):
     """Key head i serves value heads i·r … i·r+r−1 (consecutive; HF repeat_interleave)."""
     r = nv // q.shape[2]
@@ -50,7 +77,7 @@ def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
     """Chunked gated delta rule (§3.4, HF torch_chunk_gated_delta_rule), all fp32.
 
     q, k [B,T,Nv,Dk] (l2-normed, q already scaled), v [B,T,Nv,Dv], g/beta [B,T,Nv], state [B,Nv,Dk,Dv].
-    Per chunk with γ = cumsum(g), D_ij = exp(γ_i−γ_j)·[i≥j]:  A = I + strict_lower((K_β Kᵀ)⊙D),
+    Per chunk (C a power of two) with γ = cumsum(g), D_ij = exp(γ_i−γ_j)·[i≥j]:  A = I + strict_lower((K_β Kᵀ)⊙D),
     U = A⁻¹V_β, W = A⁻¹(K_β⊙e^γ); then over chunks  v' = U − W S,  O = (Q⊙e^γ) S + ((QKᵀ)⊙D) v',
     S ← e^{γ_C} S + (K⊙e^{γ_C−γ})ᵀ v'. Returns (o [B,T,Nv,Dv] fp32, final state fp32).
     """
@@ -66,24 +93,24 @@ def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
     lower = jnp.tril(jnp.ones((chunk, chunk), bool))
     decay = jnp.exp(jnp.where(lower, gam[..., :, None] - gam[..., None, :], -jnp.inf))
     kb, vb = k * beta[..., None], v * beta[..., None]
-    a = jnp.einsum("...ik,...jk->...ij", kb, k) * decay
-    solve = lambda rhs: solve_triangular(a, rhs, lower=True, unit_diagonal=True)  # noqa: E731
-    u, w = solve(vb), solve(kb * jnp.exp(gam)[..., None])
+    strict = jnp.tril(jnp.einsum("...ik,...jk->...ij", kb, k) * decay, -1)
+    inv = unit_lower_inverse(strict)
+    u, w = inv @ vb, inv @ (kb * jnp.exp(gam)[..., None])
     aqk = jnp.einsum("...ik,...jk->...ij", q, k) * decay
     qd = q * jnp.exp(gam)[..., None]
     kd = k * jnp.exp(gam[..., -1:] - gam)[..., None]
     cd = jnp.exp(gam[..., -1])[..., None, None]
 
-    def step(s, xs):
-        u_c, w_c, qd_c, aqk_c, kd_c, cd_c = xs
+    def step(s, xs):  # only the state recursion is sequential; outputs are batched over chunks below
+        u_c, w_c, kd_c, cd_c = xs
         v_new = u_c - jnp.einsum("bnck,bnkv->bncv", w_c, s)
-        o = jnp.einsum("bnck,bnkv->bncv", qd_c, s) + jnp.einsum("bnij,bnjv->bniv", aqk_c, v_new)
-        s = s * cd_c + jnp.einsum("bnck,bncv->bnkv", kd_c, v_new)
-        return s, o
+        return s * cd_c + jnp.einsum("bnck,bncv->bnkv", kd_c, v_new), (s, v_new)
 
-    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (u, w, qd, aqk, kd, cd))
-    state, o = jax.lax.scan(step, state.astype(F32), xs)
-    o = jnp.moveaxis(o, 0, 2).reshape(b, nv, nc * chunk, -1)[:, :, :t]
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (u, w, kd, cd))
+    state, (s_in, v_new) = jax.lax.scan(step, state.astype(F32), xs)
+    s_in, v_new = jnp.moveaxis(s_in, 0, 2), jnp.moveaxis(v_new, 0, 2)  # [B,Nv,nc,...]
+    o = jnp.einsum("bnmck,bnmkv->bnmcv", qd, s_in) + jnp.einsum("bnmij,bnmjv->bnmiv", aqk, v_new)
+    o = o.reshape(b, nv, nc * chunk, -1)[:, :, :t]
     return jnp.moveaxis(o, 1, 2), state
 
 

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchjax.model.deltanet import causal_conv, chunked_delta_rule, l2norm, recurrent_delta_step
+from searchjax.model.deltanet import (causal_conv, chunked_delta_rule, l2norm, recurrent_delta_step,
+                                      unit_lower_inverse)
 
 
 def inputs(seed, b=2, t=13, nv=3, dk=4, dv=5):
@@ -92,3 +93,19 @@ def test_causal_conv_matches_direct_and_keeps_last_valid_inputs(valid_len):
     np.testing.assert_allclose(out, jax.nn.silu(ref), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(new_state[0], full[0, valid_len: valid_len + kc])
     np.testing.assert_array_equal(new_state[1], full[1, t: t + kc])
+
+
+@pytest.mark.parametrize("similar", [False, True])
+def test_unit_lower_inverse_matches_float64(similar):
+    """(I + strict_lower(A))⁻¹ by block doubling vs numpy float64, for UT systems of random and near-identical keys."""
+    c, dk = 64, 16
+    k = np.random.default_rng(0).normal(size=(3, c, dk))
+    if similar:  # keys nearly parallel, β ≈ 1, no decay: the worst-conditioned realistic case
+        k = k[:, :1] + 0.05 * k
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    beta = 0.95 if similar else np.random.default_rng(1).uniform(size=(3, c, 1))
+    a = np.tril((k * beta) @ np.swapaxes(k, -1, -2), -1)
+    ref = np.linalg.inv(np.eye(c) + a)
+    got = np.asarray(unit_lower_inverse(jnp.asarray(a, jnp.float32)), np.float64)
+    assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
+    np.testing.assert_allclose(got @ (np.eye(c) + a), np.broadcast_to(np.eye(c), got.shape), atol=1e-4)
