@@ -58,7 +58,9 @@ class ModelConfig:
     def __post_init__(self):
         if not self.layer_types:
             if self.full_attention_interval <= 0:
-                raise ConfigError(f"ModelConfig.full_attention_interval must be > 0, got {self.full_attention_interval}")
+                raise ConfigError(
+                    f"ModelConfig.full_attention_interval must be > 0, got {self.full_attention_interval}"
+                )
             types = tuple(
                 LINEAR if (i + 1) % self.full_attention_interval else FULL for i in range(self.num_hidden_layers)
             )

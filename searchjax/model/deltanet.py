@@ -77,7 +77,8 @@ def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
     """Chunked gated delta rule (§3.4, HF torch_chunk_gated_delta_rule), all fp32.
 
     q, k [B,T,Nv,Dk] (l2-normed, q already scaled), v [B,T,Nv,Dv], g/beta [B,T,Nv], state [B,Nv,Dk,Dv].
-    Per chunk (C a power of two) with γ = cumsum(g), D_ij = exp(γ_i−γ_j)·[i≥j]:  A = I + strict_lower((K_β Kᵀ)⊙D),
+    Per chunk (C a power of two) with γ = cumsum(g), D_ij = exp(γ_i−γ_j)·[i≥j]:
+    A = I + strict_lower((K_β Kᵀ)⊙D),
     U = A⁻¹V_β, W = A⁻¹(K_β⊙e^γ); then over chunks  v' = U − W S,  O = (Q⊙e^γ) S + ((QKᵀ)⊙D) v',
     S ← e^{γ_C} S + (K⊙e^{γ_C−γ})ᵀ v'. Returns (o [B,T,Nv,Dv] fp32, final state fp32).
     """

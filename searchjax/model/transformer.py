@@ -24,43 +24,47 @@ from searchjax.model.params import Params
 F32 = jnp.float32
 
 
-def _cycles(tree, n: int):
-    """[L, ...] -> [n, L/n, ...] for every leaf (layers of one type, grouped by scan cycle)."""
-    return jax.tree.map(lambda a: a.reshape(n, a.shape[0] // n, *a.shape[1:]), tree)
+def _at(tree, j):
+    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, j, keepdims=False), tree)
 
 
-def _uncycle(tree):
-    return jax.tree.map(lambda a: a.reshape(a.shape[0] * a.shape[1], *a.shape[2:]), tree)
+def _put(tree, value, j):
+    return jax.tree.map(lambda a, v: jax.lax.dynamic_update_index_in_dim(a, v.astype(a.dtype), j, 0), tree, value)
 
 
 def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, remat: bool = False):
     """Run all decoder layers. mixers[type](layer_params, x_normed, layer_cache) -> (out, new_layer_cache).
 
     caches = (linear_caches, full_caches), pytrees stacked on a leading layer axis (None without a cache).
+    One `lax.scan` step per layer, `lax.switch` on its type; the step indexes that type's stacks with the layer's
+    rank among its type. (One layer per step: XLA CPU runs several MoE blocks in one loop body ~3× slower.)
     Returns (x, RouterStats summed over layers, new caches).
     """
-    pattern, n = cfg.layer_cycle()
-    xs = (_cycles(params.linear, n), _cycles(params.full, n), _cycles(caches[0], n), _cycles(caches[1], n))
+    kinds = [k for k in (LINEAR, FULL) if k in cfg.layer_types]
+    stacks = {LINEAR: (params.linear, 0), FULL: (params.full, 1)}
+    branch = jnp.array([kinds.index(t) for t in cfg.layer_types], jnp.int32)
+    rank = jnp.array([cfg.layer_types[:i].count(t) for i, t in enumerate(cfg.layer_types)], jnp.int32)
 
-    def body(carry, xs):
-        x, stats = carry
-        layer_params, layer_caches = {LINEAR: xs[0], FULL: xs[1]}, {LINEAR: xs[2], FULL: xs[3]}
-        new = {LINEAR: [], FULL: []}
-        for kind in pattern:
-            i = len(new[kind])
-            p = jax.tree.map(lambda a: a[i], layer_params[kind])
-            c = jax.tree.map(lambda a: a[i], layer_caches[kind])
+    def run(kind):
+        def layer(x, stats, caches, j):
+            stack, slot = stacks[kind]
+            p, c = _at(stack, j), (None if caches[slot] is None else _at(caches[slot], j))
             out, c = mixers[kind](p, rms_norm(x, p.input_norm, cfg.rms_norm_eps), c)
             x = x + out
             y, st = moe_block(p.moe, rms_norm(x, p.post_norm, cfg.rms_norm_eps), valid, cfg)
-            x, stats = x + y, stats + st
-            new[kind].append(c)
-        stack = lambda cs, old: jax.tree.map(lambda *a: jnp.stack(a), *cs) if cs else old  # noqa: E731
-        return (x, stats), (stack(new[LINEAR], xs[2]), stack(new[FULL], xs[3]))
+            if c is not None:
+                caches = tuple(_put(cs, c, j) if i == slot else cs for i, cs in enumerate(caches))
+            return x + y, stats + st, caches
+        return layer
+
+    def body(carry, xs):
+        kind, j = xs
+        return jax.lax.switch(kind, [run(k) for k in kinds], *carry, j), None
 
     body = jax.checkpoint(body) if remat else body
-    (x, stats), (lin, full) = jax.lax.scan(body, (x, RouterStats.zeros(cfg.num_experts)), xs)
-    return x, stats, (_uncycle(lin), _uncycle(full))
+    carry = (x, RouterStats.zeros(cfg.num_experts), caches)
+    (x, stats, caches), _ = jax.lax.scan(body, carry, (branch, rank))
+    return x, stats, caches
 
 
 def _embed(params: Params, tokens: jax.Array) -> jax.Array:

@@ -30,6 +30,13 @@ def rows(full, idx):
     return full[jnp.arange(full.shape[0]), jnp.asarray(idx)]
 
 
+def assert_decode_matches(params, cfg, cache, full, ref, pos):
+    """One decode step feeding full[b, pos[b]] gives the full forward's logits at those positions."""
+    step, cache = decode_step(params, rows(full, pos), cfg, cache)
+    np.testing.assert_allclose(step, ref[np.arange(full.shape[0]), pos], atol=ATOL)
+    return cache
+
+
 def pad_to(tokens, t=T):
     return jnp.pad(tokens, [(0, 0), (0, t - tokens.shape[1])], constant_values=5)
 
@@ -46,9 +53,7 @@ def test_padded_prefill_then_decode_equals_forward(name):
     for b, n in enumerate(np.asarray(lengths)):
         np.testing.assert_allclose(logits[b, :n], ref[b, :n], atol=ATOL)
     for i in range(4):
-        pos = np.asarray(lengths) + i
-        step, cache = decode_step(params, rows(full, pos), cfg, cache)
-        np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+        cache = assert_decode_matches(params, cfg, cache, full, ref, np.asarray(lengths) + i)
     np.testing.assert_array_equal(cache.lengths, lengths + 4)
 
 
@@ -64,9 +69,7 @@ def test_multi_token_continuation(model):
     np.testing.assert_allclose(logits[0, :6], ref[0, 5:11], atol=ATOL)
     np.testing.assert_allclose(logits[1, :4], ref[1, 5:9], atol=ATOL)
     np.testing.assert_allclose(logits[2, :9], ref[2, 2:11], atol=ATOL)
-    pos = np.array([11, 9, 11])
-    step, cache = decode_step(params, rows(full, pos), cfg, cache)
-    np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+    assert_decode_matches(params, cfg, cache, full, ref, np.array([11, 9, 11]))
 
 
 def test_inactive_rows_leave_cache_unchanged(model):
@@ -78,9 +81,7 @@ def test_inactive_rows_leave_cache_unchanged(model):
     before = row1(cache)
     _, cache = decode_step(params, full[:, 4], cfg, cache, jnp.array([True, False, True]))
     jax.tree.map(np.testing.assert_array_equal, before, row1(cache))
-    pos = np.array([5, 4, 5])
-    step, cache = decode_step(params, rows(full, pos), cfg, cache)
-    np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+    assert_decode_matches(params, cfg, cache, full, ref, np.array([5, 4, 5]))
 
 
 def test_insert_cache_into_slot(model):
@@ -91,9 +92,7 @@ def test_insert_cache_into_slot(model):
     _, one = prefill(params, pad_to(full[1:2, :3]), cfg, init_cache(cfg, 1, S), jnp.array([3]))
     batch = insert_cache(batch, one, 1)
     np.testing.assert_array_equal(batch.lengths, [6, 3, 6])
-    pos = np.array([6, 3, 6])
-    step, batch = decode_step(params, rows(full, pos), cfg, batch)
-    np.testing.assert_allclose(step, ref[np.arange(B), pos], atol=ATOL)
+    batch = assert_decode_matches(params, cfg, batch, full, ref, np.array([6, 3, 6]))
     with pytest.raises(ValueError, match="one_cache holds 5 positions, batch_cache 16"):
         insert_cache(batch, init_cache(cfg, 1, 5), 0)
 

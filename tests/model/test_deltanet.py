@@ -97,7 +97,7 @@ def test_causal_conv_matches_direct_and_keeps_last_valid_inputs(valid_len):
 
 @pytest.mark.parametrize("similar", [False, True])
 def test_unit_lower_inverse_matches_float64(similar):
-    """(I + strict_lower(A))⁻¹ by block doubling vs numpy float64, for UT systems of random and near-identical keys."""
+    """(I + strict_lower(A))⁻¹ by block doubling vs numpy float64, for random and near-identical keys."""
     c, dk = 64, 16
     k = np.random.default_rng(0).normal(size=(3, c, dk))
     if similar:  # keys nearly parallel, β ≈ 1, no decay: the worst-conditioned realistic case
