@@ -133,14 +133,6 @@ class ModelConfig:
     def num_full_layers(self) -> int:
         return sum(t == FULL for t in self.layer_types)
 
-    def layer_cycle(self) -> tuple[tuple[str, ...], int]:
-        """(pattern, repeats): the shortest pattern whose repetition is `layer_types` (a scan runs over repeats)."""
-        n = self.num_hidden_layers
-        for p in range(1, n + 1):
-            if n % p == 0 and self.layer_types[:p] * (n // p) == self.layer_types:
-                return self.layer_types[:p], n // p
-        raise AssertionError("unreachable: p = n always matches")
-
     def replace(self, **changes: Any) -> "ModelConfig":
         """A copy with `changes` (re-validated; pass layer_types=() to rebuild it from the interval)."""
         return dataclasses.replace(self, **changes)

@@ -3,8 +3,9 @@
     h = embed[tokens];  for each layer i:  h += Mixer_i(RMSNorm(h));  h += MoE_i(RMSNorm(h))
     logits = RMSNorm(h; final_norm) @ unembedᵀ            (Mixer = Gated DeltaNet or gated attention)
 
-Layers run as a `lax.scan` over cycles of `cfg.layer_cycle()` (3 DeltaNet + 1 attention in the real models); the
-three entry points differ only in the per-layer mixer functions they hand to `_run_layers`.
+Layers run as one `lax.scan` over the layer list (`lax.switch` on each layer's type, its weights dynamically indexed
+from the per-type stacks); the three entry points differ only in the per-layer mixer functions they hand to
+`_run_layers`.
 """
 
 from __future__ import annotations

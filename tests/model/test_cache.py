@@ -124,3 +124,21 @@ def test_bfloat16_forward_and_decode_close_to_fp32():
     assert cache.state.dtype == jnp.float32 and cache.k.dtype == jnp.bfloat16
     step, _ = decode_step(p16, tokens[:, T], cfg, cache)
     assert np.abs(np.asarray(step) - ref[:, T]).max() <= 0.05 * scale
+
+
+def test_remat_gradients_and_hidden_states(model):
+    """remat=True gives the same gradients; logits = unembed(hidden_states) with params.unembed [V, D]."""
+    from searchjax.model import hidden_states, unembed
+
+    cfg, params = model
+    tokens = random_tokens(6, B, T, cfg.vocab_size)
+
+    def loss(p, remat):
+        logits, aux = forward(p, tokens, cfg, remat=remat, return_aux=True)
+        return jnp.mean(jax.nn.logsumexp(logits, -1)) + cfg.router_aux_loss_coef * aux["router_aux_loss"]
+
+    g0, g1 = (jax.grad(loss)(params, r) for r in (False, True))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), g0, g1)
+    assert params.unembed.shape == (cfg.vocab_size, cfg.hidden_size)
+    h = hidden_states(params, tokens, cfg)
+    np.testing.assert_allclose(unembed(params, h), forward(params, tokens, cfg), rtol=1e-6, atol=1e-6)

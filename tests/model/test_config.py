@@ -63,12 +63,10 @@ def test_invalid_configs_are_rejected(change, match):
         load_preset("tiny").replace(**change)
 
 
-def test_layer_types_from_interval_and_cycle():
+def test_layer_types_from_interval():
     cfg = load_preset("tiny").replace(num_hidden_layers=8, layer_types=())
     assert cfg.layer_types == (LINEAR, LINEAR, LINEAR, FULL) * 2
-    assert cfg.layer_cycle() == ((LINEAR, LINEAR, LINEAR, FULL), 2)
-    odd = cfg.replace(num_hidden_layers=3, layer_types=(FULL, LINEAR, LINEAR))
-    assert odd.layer_cycle() == ((FULL, LINEAR, LINEAR), 1)
+    assert (cfg.num_linear_layers, cfg.num_full_layers) == (6, 2)
 
 
 @pytest.mark.parametrize("name", PRESETS)
