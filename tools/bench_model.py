@@ -9,19 +9,13 @@
 5. DeltaNet: chunked time T=4096 ÷ T=512                                                    target ≤ 10
              recurrent ÷ chunked time at T=4096                                             target ≥ 5
 Timings are the minimum over repetitions after a warm-up (the machine is shared; the minimum is the least noisy).
-
-The chunked DeltaNet's `jax.scipy.linalg.solve_triangular` deadlocks on a 2-core machine in jaxlib 0.10.2 (its
-LAPACK kernel waits on the XLA thread pool that is running it; two concurrent solves fill the pool), so this
-tool swaps in the plain-JAX forward substitution of tests/model/test_sharding.py (same maths).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -172,12 +166,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     reps = 2 if args.quick else 5
 
-    from searchjax.model import deltanet, init_params, load_preset
+    from searchjax.model import init_params, load_preset
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "model"))
-    from test_sharding import unit_lower_solve
-
-    deltanet.solve_triangular = unit_lower_solve
     cfg = load_preset("small")
     params = init_params(cfg, jax.random.key(0))
     hf = _hf_model(params, cfg)

@@ -2,8 +2,7 @@
 
 The test starts this file twice as a script (`--worker`), each process with 2 fake CPU devices, joined through
 `searchjax.distributed.maybe_initialize`. Process 0 writes the gathered logits to a file that the test compares
-with the forward computed here in one process. Both sides use the plain-JAX triangular solve of test_sharding.py
-(see its docstring: jaxlib's CPU trsm deadlocks with several devices on 2 cores).
+with the forward computed here in one process.
 """
 
 import os
@@ -13,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_sharding import no_lapack_solve, unit_lower_solve  # noqa: F401 - autouse fixture, used in workers
 
 SEQ_SHAPE = (4, 16)
 WORKER_TIMEOUT_S = 150
@@ -29,10 +27,8 @@ def _worker(process_id: int, port: int, out: Path) -> None:
     from jax.experimental import multihost_utils
 
     from searchjax.distributed import maybe_initialize
-    from searchjax.model import deltanet, forward, init_params, load_preset
+    from searchjax.model import forward, init_params, load_preset
     from searchjax.sharding import make_mesh
-
-    deltanet.solve_triangular = unit_lower_solve
 
     assert maybe_initialize(2, process_id, f"127.0.0.1:{port}", initialization_timeout_s=60)
     assert jax.process_count() == 2 and len(jax.devices()) == 4 and len(jax.local_devices()) == 2
