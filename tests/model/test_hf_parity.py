@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 import torch
-from hf_reference import hf_logits, hf_model, save_fused, save_multimodal, save_per_expert
+from tests.model.hf_reference import hf_logits, hf_model, save_fused, save_multimodal, save_per_expert
 from safetensors.numpy import load_file, save_file
 from transformers import Qwen3_5MoeForCausalLM
 
