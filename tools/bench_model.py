@@ -63,7 +63,7 @@ def bench_prefill(params, cfg, hf, reps: int, batch=4, seq=512) -> dict:
     ids = torch.from_numpy(tokens.astype(np.int64))
     with torch.inference_mode():
         ref_logits = hf(ids, use_cache=False).logits.numpy()
-        theirs = best_time(lambda: hf(ids, use_cache=False), max(1, reps // 2))
+        theirs = best_time(lambda: hf(ids, use_cache=False), reps)
     err = float(np.abs(np.asarray(forward(params, jnp.asarray(tokens), cfg)) - ref_logits).max())
     return {"ours_tok_s": batch * seq / ours, "hf_tok_s": batch * seq / theirs, "ratio": theirs / ours,
             "max_abs_logit_diff": err}
@@ -93,7 +93,7 @@ def bench_decode(params, cfg, hf, reps: int, batch=16, prompt_len=32, new=64) ->
     ids = torch.from_numpy(prompt.astype(np.int64))
     kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True, pad_token_id=0)
     with torch.inference_mode():
-        theirs = best_time(lambda: hf.generate(ids, attention_mask=torch.ones_like(ids), **kw), max(1, reps // 2))
+        theirs = best_time(lambda: hf.generate(ids, attention_mask=torch.ones_like(ids), **kw), reps)
         same = float((hf.generate(ids, attention_mask=torch.ones_like(ids), **kw)[:, prompt_len:].numpy()
                       == _our_generate(params, cfg, prompt, new)).mean())
     return {"ours_tok_s": batch * new / ours, "hf_tok_s": batch * new / theirs, "ratio": theirs / ours,
