@@ -59,12 +59,19 @@ def swiglu(xs: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array)
     return jnp.einsum("NF,FD->ND", (jax.nn.silu(h) * u).astype(xs.dtype), w_down)
 
 
-def moe_block(p, x: jax.Array, valid: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, RouterStats]:
-    """Sparse MoE on x [B,T,D]; `valid` [B,T] masks rows out of the router statistics only. Returns (y, stats)."""
+def moe_block(p, x: jax.Array, valid: jax.Array, cfg: ModelConfig, experts=None) -> tuple[jax.Array, RouterStats]:
+    """Sparse MoE on x [B,T,D]; `valid` [B,T] masks rows out of the router statistics only. Returns (y, stats).
+
+    experts = (w_gate, w_up, w_down, layer) with per-layer stacks [L, E, ...] replaces p.w_gate/w_up/w_down by
+    the stacks' layer `layer`, read in place (`expert_ffn(..., layer=)`; inference: no custom VJP).
+    """
     b, t, d = x.shape
     xs = x.reshape(b * t, d)
     top_w, top_idx, probs = route(p.router, xs, cfg.num_experts_per_tok)
-    routed = expert_ffn(xs, top_idx, top_w, p.w_gate, p.w_up, p.w_down)
+    if experts is None:
+        routed = expert_ffn(xs, top_idx, top_w, p.w_gate, p.w_up, p.w_down)
+    else:
+        routed = expert_ffn(xs, top_idx, top_w, *experts[:3], layer=experts[3])
     shared = swiglu(xs, p.shared_gate, p.shared_up, p.shared_down)
     gate = jax.nn.sigmoid(jnp.einsum("ND,D->N", xs, p.shared_expert_gate).astype(F32))[:, None]
     y = routed.astype(F32) + gate * shared.astype(F32)

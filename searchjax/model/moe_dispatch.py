@@ -42,8 +42,13 @@ def default_block_size(num_rows: int, num_experts: int) -> int:
     return int(min(256, 1 << (quarter.bit_length() - 1)))
 
 
-def _check(x, top_idx, top_w, w_gate, w_up, w_down) -> None:
+def _check(x, top_idx, top_w, w_gate, w_up, w_down, stacked: bool) -> None:
     n, d = x.shape
+    if stacked:
+        if w_gate.ndim != 4 or w_up.shape[:1] != w_gate.shape[:1] or w_down.shape[:1] != w_gate.shape[:1]:
+            raise ValueError(f"expert_ffn: with `layer`, weights must be stacked [L, E, ...], got {w_gate.shape}, "
+                             f"{w_up.shape}, {w_down.shape}")
+        w_gate, w_up, w_down = w_gate[0], w_up[0], w_down[0]
     e, d2, f = w_gate.shape
     if top_idx.ndim != 2 or top_idx.shape[0] != n:
         raise ValueError(f"expert_ffn: top_idx must be [N={n}, X], got shape {top_idx.shape}")
@@ -169,12 +174,22 @@ def _blocks_swiglu(xp, block_expert, w_gate, w_up, w_down):
 _blocks_swiglu.defvjp(_blocks_fwd, _blocks_bwd)
 
 
-def _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x: int, block: int) -> jax.Array:
-    """Grouped SwiGLU over expert-pure blocks of b rows; returns fp32 [N·X, D] rows."""
-    block_expert, token, valid, pos = _block_layout(flat_idx, w_gate.shape[0], num_x, block)
+def _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x: int, block: int, layer=None) -> jax.Array:
+    """Grouped SwiGLU over expert-pure blocks of b rows; returns fp32 [N·X, D] rows.
+
+    With `layer`, the weights are stacks [L, E, ...] viewed as [L·E, ...] (a free reshape) and block b uses
+    expert layer·E + e_b: each step reads only its expert's slice, the layer's [E, ...] weights are never copied
+    out of the stack. That path has no custom VJP (plain autodiff; meant for inference).
+    """
+    num_experts = w_gate.shape[-3]
+    block_expert, token, valid, pos = _block_layout(flat_idx, num_experts, num_x, block)
     nb = block_expert.shape[0]
     xp = jnp.where(valid[:, None], x[token], jnp.zeros((), x.dtype)).reshape(nb, block, x.shape[1])
-    yp = _blocks_swiglu(xp, block_expert, w_gate, w_up, w_down)
+    if layer is None:
+        yp = _blocks_swiglu(xp, block_expert, w_gate, w_up, w_down)
+    else:
+        merged = [w.reshape(-1, *w.shape[2:]) for w in (w_gate, w_up, w_down)]
+        yp = _blocks_fwd(xp, block_expert + layer * num_experts, *merged)[0]
     return yp.reshape(nb * block, -1)[pos]
 
 
@@ -188,6 +203,7 @@ def expert_ffn(
     *,
     impl: str | None = None,
     block_size: int | None = None,
+    layer: jax.Array | int | None = None,
 ) -> jax.Array:
     """Σ_j top_w[n,j] · SwiGLU_e(x[n]) with e = top_idx[n,j], dropless and sparse (see module docstring).
 
@@ -196,11 +212,13 @@ def expert_ffn(
       w_gate, w_up: [E, D, F]. w_down: [E, F, D].
       impl: "ragged" or "block"; None picks per backend (`default_impl`).
       block_size: block size b for "block" (None: `default_block_size`).
+      layer: if given, w_gate/w_up/w_down are per-layer stacks [L, E, ...] and layer (a traced or static
+        index) selects one, without copying the layer's weights out of the stack (see `_block_ffn`).
     Returns:
       [N, D] in x.dtype (matmuls and the weighted sum accumulate in fp32).
     """
     x, top_idx, top_w, w_gate, w_up, w_down = map(jnp.asarray, (x, top_idx, top_w, w_gate, w_up, w_down))
-    _check(x, top_idx, top_w, w_gate, w_up, w_down)
+    _check(x, top_idx, top_w, w_gate, w_up, w_down, layer is not None)
     impl = impl or default_impl()
     if impl not in IMPLS:
         raise ValueError(f"expert_ffn: impl must be one of {IMPLS}, got {impl!r}")
@@ -208,11 +226,14 @@ def expert_ffn(
     num_x = top_idx.shape[1]
     flat_idx = top_idx.reshape(-1).astype(jnp.int32)
     if impl == "ragged":
+        if layer is not None:
+            w_gate, w_up, w_down = (jax.lax.dynamic_index_in_dim(w, layer, keepdims=False)
+                                    for w in (w_gate, w_up, w_down))
         ys = _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x)
     else:
-        block = block_size or default_block_size(n * num_x, w_gate.shape[0])
+        block = block_size or default_block_size(n * num_x, w_gate.shape[-3])
         if block < 1:
             raise ValueError(f"expert_ffn: block_size must be >= 1, got {block_size}")
-        ys = _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x, int(block))
+        ys = _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x, int(block), layer)
     y = ys.reshape(n, num_x, d)
     return jnp.einsum("NXD,NX->ND", y, top_w.astype(jnp.float32)).astype(x.dtype)

@@ -33,12 +33,15 @@ def _put(tree, value, j):
     return jax.tree.map(lambda a, v: jax.lax.dynamic_update_index_in_dim(a, v.astype(a.dtype), j, 0), tree, value)
 
 
-def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, remat: bool = False):
+def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, remat: bool = False,
+                in_place_experts: bool = False):
     """Run all decoder layers. mixers[type](layer_params, x_normed, layer_cache) -> (out, new_layer_cache).
 
     caches = (linear_caches, full_caches), pytrees stacked on a leading layer axis (None without a cache).
     One `lax.scan` step per layer, `lax.switch` on its type; the step indexes that type's stacks with the layer's
     rank among its type. (One layer per step: XLA CPU runs several MoE blocks in one loop body ~3× slower.)
+    in_place_experts=True (inference) reads the routed experts' weights straight from the stacks instead of
+    slicing the layer's [E, D, F] stacks out (a copy per layer on XLA CPU); see `moe_block`.
     Returns (x, RouterStats summed over layers, new caches).
     """
     kinds = [k for k in (LINEAR, FULL) if k in cfg.layer_types]
@@ -52,7 +55,8 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
             p, c = _at(stack, j), (None if caches[slot] is None else _at(caches[slot], j))
             out, c = mixers[kind](p, rms_norm(x, p.input_norm, cfg.rms_norm_eps), c)
             x = x + out
-            y, st = moe_block(p.moe, rms_norm(x, p.post_norm, cfg.rms_norm_eps), valid, cfg)
+            experts = (stack.moe.w_gate, stack.moe.w_up, stack.moe.w_down, j) if in_place_experts else None
+            y, st = moe_block(p.moe, rms_norm(x, p.post_norm, cfg.rms_norm_eps), valid, cfg, experts)
             if c is not None:
                 caches = tuple(_put(cs, c, j) if i == slot else cs for i, cs in enumerate(caches))
             return x + y, stats + st, caches
@@ -129,7 +133,8 @@ def _run_cached(params: Params, tokens, cfg: ModelConfig, cache: Cache, pos, val
         return out, (k, v)
 
     caches = ((cache.conv_q, cache.conv_k, cache.conv_v, cache.state), (cache.k, cache.v))
-    x, _, (lin_c, (k, v)) = _run_layers(params, _embed(params, tokens), valid, cfg, {LINEAR: lin, FULL: full}, caches)
+    x, _, (lin_c, (k, v)) = _run_layers(params, _embed(params, tokens), valid, cfg, {LINEAR: lin, FULL: full}, caches,
+                                        in_place_experts=True)
     conv_q, conv_k, conv_v, state = lin_c
     new = Cache(lengths=cache.lengths, k=k, v=v, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, state=state)
     return rms_norm(x, params.final_norm, cfg.rms_norm_eps), new

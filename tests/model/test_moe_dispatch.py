@@ -70,6 +70,20 @@ def test_block_sizes_agree(block_size):
     np.testing.assert_allclose(np.asarray(got), _numpy_reference(*args), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_stacked_weights_with_layer_index_match_that_layer(impl):
+    """layer=l on stacks [L, E, ...] (traced l, as inside a layer scan) equals expert_ffn on layer l's weights."""
+    layers = [_inputs(seed, 19, 8, 3, unused=1) for seed in (5, 6, 7)]
+    x, idx, w = layers[0][:3]
+    stacks = [np.stack([a[i] for a in layers]) for i in (3, 4, 5)]
+    run = jax.jit(lambda l, *ws: expert_ffn(x, idx, w, *ws, impl=impl, layer=l))
+    for l in range(3):
+        want = _numpy_reference(x, idx, w, *layers[l][3:])
+        np.testing.assert_allclose(np.asarray(run(jnp.int32(l), *stacks)), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="stacked"):
+        expert_ffn(x, idx, w, *layers[0][3:], layer=0)
+
+
 def test_repeated_expert_in_a_row_counts_twice():
     x, _, _, wg, wu, wd = _inputs(4, 3, 4, 2)
     idx = np.array([[1, 1], [0, 3], [2, 2]], np.int32)
