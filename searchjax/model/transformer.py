@@ -23,6 +23,7 @@ from searchjax.model.moe import RouterStats, moe_block
 from searchjax.model.params import Params
 
 F32 = jnp.float32
+UNROLL_MAX_LAYERS = 16  # inference unrolls the layer loop up to this depth (compile time grows with the depth)
 
 
 def _at(tree, j):
@@ -41,7 +42,9 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
     One `lax.scan` step per layer, `lax.switch` on its type; the step indexes that type's stacks with the layer's
     rank among its type. (One layer per step: XLA CPU runs several MoE blocks in one loop body ~3× slower.)
     in_place_experts=True (inference) reads the routed experts' weights straight from the stacks instead of
-    slicing the layer's [E, D, F] stacks out (a copy per layer on XLA CPU); see `moe_block`.
+    slicing the layer's [E, D, F] stacks out (a copy per layer on XLA CPU); see `moe_block`. With it, models of
+    at most UNROLL_MAX_LAYERS layers run as a Python loop with static layer indices: the scan's `lax.switch`
+    copied the whole stacked caches every step (decode on the small preset: 14 ms → see BENCHMARKS.md).
     Returns (x, RouterStats summed over layers, new caches).
     """
     kinds = [k for k in (LINEAR, FULL) if k in cfg.layer_types]
@@ -62,12 +65,17 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
             return x + y, stats + st, caches
         return layer
 
+    carry = (x, RouterStats.zeros(cfg.num_experts), caches)
+    if in_place_experts and cfg.num_hidden_layers <= UNROLL_MAX_LAYERS:
+        for i, kind in enumerate(cfg.layer_types):  # static indices: no switch, caches updated in place
+            carry = run(kind)(*carry, cfg.layer_types[:i].count(kind))
+        return carry
+
     def body(carry, xs):
         kind, j = xs
         return jax.lax.switch(kind, [run(k) for k in kinds], *carry, j), None
 
     body = jax.checkpoint(body) if remat else body
-    carry = (x, RouterStats.zeros(cfg.num_experts), caches)
     (x, stats, caches), _ = jax.lax.scan(body, carry, (branch, rank))
     return x, stats, caches
 
