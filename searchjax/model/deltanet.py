@@ -12,10 +12,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-# Not called here any more (see unit_lower_inverse). tests/model/test_sharding.py, test_multihost.py and
-# tools/bench_model.py (helper M2's files) still monkeypatch this module attribute; remove once they stop.
-from jax.scipy.linalg import solve_triangular  # noqa: F401
-
 from searchjax.model.config import ModelConfig
 from searchjax.model.layers import gated_rms_norm
 
@@ -43,18 +39,32 @@ def causal_conv(x: jax.Array, w: jax.Array, state: jax.Array, valid_len: jax.Arr
     return out.astype(x.dtype), new_state.astype(state.dtype)
 
 
-def unit_lower_inverse(strict: jax.Array) -> jax.Array:
+def _neumann_inverse(lower: jax.Array) -> jax.Array:
+    """(I + L)⁻¹ = Π_{i<log2 n} (I + (−L)^{2^i}) for strictly lower L [..., n, n] (n a power of two; L^n = 0).
+
+    The product telescopes to Σ_{j<n} (−L)^j: 2·log2(n) batched matmuls, no slicing.
+    """
+    p = -lower
+    inv = jnp.eye(lower.shape[-1], dtype=lower.dtype) + p
+    for _ in range(lower.shape[-1].bit_length() - 2):
+        p = p @ p
+        inv = inv + inv @ p
+    return inv
+
+
+def unit_lower_inverse(strict: jax.Array, base: int = 8) -> jax.Array:
     """(I + L)⁻¹ for L = strictly lower part of `strict` [..., C, C] (C a power of two), by blockwise doubling.
 
-    Diagonal blocks of the inverse double in size each level: for (I+L) = [[A, 0], [B, D]],
-    (I+L)⁻¹ = [[A⁻¹, 0], [−D⁻¹ B A⁻¹, D⁻¹]]. Only matmuls (log2 C levels), no LAPACK call: jaxlib's CPU
-    triangular solve can deadlock the XLA thread pool on small machines, and this is faster for C = 64.
+    Diagonal blocks of size min(C, base) are inverted with `_neumann_inverse`; then the blocks double in size each
+    level: for (I+L) = [[A, 0], [B, D]], (I+L)⁻¹ = [[A⁻¹, 0], [−D⁻¹ B A⁻¹, D⁻¹]]. Only matmuls, no LAPACK call:
+    jaxlib's CPU triangular solve can deadlock the XLA thread pool on small machines, and this is faster.
     """
     c = strict.shape[-1]
     if c & (c - 1):
         raise ValueError(f"unit_lower_inverse: size {c} is not a power of two")
-    blocks = jnp.ones(strict.shape[:-2] + (c, 1, 1), strict.dtype)  # [..., C/n, n, n] diagonal blocks
-    n = 1
+    n = min(c, base)
+    diag = strict if n == c else jnp.stack([strict[..., j:j + n, j:j + n] for j in range(0, c, n)], -3)
+    blocks = _neumann_inverse(jnp.tril(diag.reshape(strict.shape[:-2] + (c // n, n, n)), -1))
     while n < c:
         m = c // (2 * n)
         off = jnp.stack([strict[..., j * 2 * n + n:(j + 1) * 2 * n, j * 2 * n:j * 2 * n + n] for j in range(m)], -3)
@@ -73,46 +83,52 @@ def _expand_heads(q, k, nv):
     return jnp.repeat(q, r, axis=2), jnp.repeat(k, r, axis=2)
 
 
+def _chunk_step(s, q, k, v, g, beta):
+    """One chunk of the UT-transform recursion for every (batch·head) row: s [R,Dk,Dv]; q, k [R,C,Dk], v [R,C,Dv],
+    g/beta [R,C]. Returns (new s, o [R,C,Dv]); see `chunked_delta_rule` for the maths."""
+    c, dv = k.shape[1], v.shape[-1]
+    gam = jnp.cumsum(g, axis=-1)
+    lower = jnp.tril(jnp.ones((c, c), bool))
+    decay = jnp.exp(jnp.where(lower, gam[..., :, None] - gam[..., None, :], -jnp.inf))
+    kb, eg = k * beta[..., None], jnp.exp(gam)[..., None]
+    a = jnp.concatenate([kb, q], 1) @ jnp.swapaxes(k, 1, 2)  # [K_β; Q] Kᵀ in one matmul
+    strict, aqk = jnp.tril(a[:, :c] * decay, -1), a[:, c:] * decay
+    uw = unit_lower_inverse(strict) @ jnp.concatenate([v * beta[..., None], kb * eg], -1)  # [U | W]
+    ws = jnp.concatenate([uw[..., dv:], q * eg], 1) @ s  # [W S; (Q⊙e^γ) S]
+    v_new = uw[..., :dv] - ws[:, :c]
+    o = ws[:, c:] + aqk @ v_new
+    kd = k * jnp.exp(gam[..., -1:] - gam)[..., None]
+    return s * jnp.exp(gam[..., -1])[..., None, None] + jnp.swapaxes(kd, 1, 2) @ v_new, o
+
+
 def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
     """Chunked gated delta rule (§3.4, HF torch_chunk_gated_delta_rule), all fp32.
 
     q, k [B,T,Nv,Dk] (l2-normed, q already scaled), v [B,T,Nv,Dv], g/beta [B,T,Nv], state [B,Nv,Dk,Dv].
     Per chunk (C a power of two) with γ = cumsum(g), D_ij = exp(γ_i−γ_j)·[i≥j]:
     A = I + strict_lower((K_β Kᵀ)⊙D),
-    U = A⁻¹V_β, W = A⁻¹(K_β⊙e^γ); then over chunks  v' = U − W S,  O = (Q⊙e^γ) S + ((QKᵀ)⊙D) v',
+    U = A⁻¹V_β, W = A⁻¹(K_β⊙e^γ);  v' = U − W S,  O = (Q⊙e^γ) S + ((QKᵀ)⊙D) v',
     S ← e^{γ_C} S + (K⊙e^{γ_C−γ})ᵀ v'. Returns (o [B,T,Nv,Dv] fp32, final state fp32).
+    Each chunk is computed whole inside one scan step (batch·heads folded into one row axis): on CPU, keeping a
+    chunk's intermediates in cache beats precomputing them batched over all chunks.
     """
     b, t, nv, dk = k.shape
-    pad = (-t) % chunk
-    tr = lambda x: jnp.moveaxis(x.astype(F32), 1, 2)  # noqa: E731  [B,Nv,T,...]
-    q, k, v, g, beta = (jnp.pad(tr(x), [(0, 0), (0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 3))
-                        for x in (q, k, v, g, beta))
+    dv, pad = v.shape[-1], (-t) % chunk
     nc = (t + pad) // chunk
-    q, k, v = (x.reshape(b, nv, nc, chunk, x.shape[-1]) for x in (q, k, v))
-    g, beta = (x.reshape(b, nv, nc, chunk) for x in (g, beta))
-    gam = jnp.cumsum(g, axis=-1)
-    lower = jnp.tril(jnp.ones((chunk, chunk), bool))
-    decay = jnp.exp(jnp.where(lower, gam[..., :, None] - gam[..., None, :], -jnp.inf))
-    kb, vb = k * beta[..., None], v * beta[..., None]
-    strict = jnp.tril(jnp.einsum("...ik,...jk->...ij", kb, k) * decay, -1)
-    inv = unit_lower_inverse(strict)
-    u, w = inv @ vb, inv @ (kb * jnp.exp(gam)[..., None])
-    aqk = jnp.einsum("...ik,...jk->...ij", q, k) * decay
-    qd = q * jnp.exp(gam)[..., None]
-    kd = k * jnp.exp(gam[..., -1:] - gam)[..., None]
-    cd = jnp.exp(gam[..., -1])[..., None, None]
 
-    def step(s, xs):  # only the state recursion is sequential; outputs are batched over chunks below
-        u_c, w_c, kd_c, cd_c = xs
-        v_new = u_c - jnp.einsum("bnck,bnkv->bncv", w_c, s)
-        return s * cd_c + jnp.einsum("bnck,bncv->bnkv", kd_c, v_new), (s, v_new)
+    def chunks(x):  # [B,T,Nv,...] → [nc,B,C,Nv,...] (a reshape only, when B = 1)
+        x = jnp.pad(x.astype(F32), [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+        return jnp.moveaxis(x.reshape((b, nc, chunk) + x.shape[2:]), 1, 0)
 
-    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (u, w, kd, cd))
-    state, (s_in, v_new) = jax.lax.scan(step, state.astype(F32), xs)
-    s_in, v_new = jnp.moveaxis(s_in, 0, 2), jnp.moveaxis(v_new, 0, 2)  # [B,Nv,nc,...]
-    o = jnp.einsum("bnmck,bnmkv->bnmcv", qd, s_in) + jnp.einsum("bnmij,bnmjv->bnmiv", aqk, v_new)
-    o = o.reshape(b, nv, nc * chunk, -1)[:, :, :t]
-    return jnp.moveaxis(o, 1, 2), state
+    def step(s, xs):
+        rows = (jnp.swapaxes(x, 1, 2).reshape((b * nv, chunk) + x.shape[3:]) for x in xs)
+        s, o = _chunk_step(s, *rows)
+        return s, jnp.swapaxes(o.reshape(b, nv, chunk, dv), 1, 2)
+
+    xs = tuple(chunks(x) for x in (q, k, v, g, beta))
+    state, o = jax.lax.scan(step, state.astype(F32).reshape(b * nv, dk, dv), xs)
+    o = jnp.moveaxis(o, 0, 1).reshape(b, nc * chunk, nv, dv)[:, :t]
+    return o, state.reshape(b, nv, dk, dv)
 
 
 def recurrent_delta_step(q, k, v, g, beta, state):

@@ -95,9 +95,10 @@ def test_causal_conv_matches_direct_and_keeps_last_valid_inputs(valid_len):
     np.testing.assert_array_equal(new_state[1], full[1, t: t + kc])
 
 
-@pytest.mark.parametrize("similar", [False, True])
-def test_unit_lower_inverse_matches_float64(similar):
-    """(I + strict_lower(A))⁻¹ by block doubling vs numpy float64, for random and near-identical keys."""
+@pytest.mark.parametrize("similar,base", [(False, 1), (False, 8), (False, 64), (True, 1), (True, 8)])
+def test_unit_lower_inverse_matches_float64(similar, base):
+    """(I + strict_lower(A))⁻¹ vs numpy float64, for random and near-identical keys: block doubling from 1×1 or
+    8×8 Neumann-product blocks, and the Neumann product alone (base 64; unstable for near-identical keys)."""
     c, dk = 64, 16
     k = np.random.default_rng(0).normal(size=(3, c, dk))
     if similar:  # keys nearly parallel, β ≈ 1, no decay: the worst-conditioned realistic case
@@ -106,6 +107,6 @@ def test_unit_lower_inverse_matches_float64(similar):
     beta = 0.95 if similar else np.random.default_rng(1).uniform(size=(3, c, 1))
     a = np.tril((k * beta) @ np.swapaxes(k, -1, -2), -1)
     ref = np.linalg.inv(np.eye(c) + a)
-    got = np.asarray(unit_lower_inverse(jnp.asarray(a, jnp.float32)), np.float64)
+    got = np.asarray(unit_lower_inverse(jnp.asarray(a, jnp.float32), base), np.float64)
     assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
     np.testing.assert_allclose(got @ (np.eye(c) + a), np.broadcast_to(np.eye(c), got.shape), atol=1e-4)
