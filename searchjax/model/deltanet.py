@@ -109,26 +109,28 @@ def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
     A = I + strict_lower((K_β Kᵀ)⊙D),
     U = A⁻¹V_β, W = A⁻¹(K_β⊙e^γ);  v' = U − W S,  O = (Q⊙e^γ) S + ((QKᵀ)⊙D) v',
     S ← e^{γ_C} S + (K⊙e^{γ_C−γ})ᵀ v'. Returns (o [B,T,Nv,Dv] fp32, final state fp32).
-    Each chunk is computed whole inside one scan step (batch·heads folded into one row axis): on CPU, keeping a
-    chunk's intermediates in cache beats precomputing them batched over all chunks.
+    Each chunk is computed whole inside one loop step (batch·heads folded into one row axis), reading its slice of
+    the inputs in place and writing its output slice in place: on CPU, keeping a chunk's intermediates in cache
+    beats precomputing them batched over all chunks, and transposing whole inputs into chunk-major order costs more
+    than the loop saves.
     """
     b, t, nv, dk = k.shape
     dv, pad = v.shape[-1], (-t) % chunk
-    nc = (t + pad) // chunk
+    xs = tuple(x.astype(F32) for x in (q, k, v, g, beta))
+    if pad:
+        xs = tuple(jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) for x in xs)
 
-    def chunks(x):  # [B,T,Nv,...] → [nc,B,C,Nv,...] (a reshape only, when B = 1)
-        x = jnp.pad(x.astype(F32), [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-        return jnp.moveaxis(x.reshape((b, nc, chunk) + x.shape[2:]), 1, 0)
+    def body(i, carry):
+        s, o = carry
+        rows = (jnp.swapaxes(jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk, 1), 1, 2)
+                .reshape((b * nv, chunk) + x.shape[3:]) for x in xs)  # [B·Nv, C, ...]
+        s, o_c = _chunk_step(s, *rows)
+        o_c = jnp.swapaxes(o_c.reshape(b, nv, chunk, dv), 1, 2)
+        return s, jax.lax.dynamic_update_slice_in_dim(o, o_c, i * chunk, 1)
 
-    def step(s, xs):
-        rows = (jnp.swapaxes(x, 1, 2).reshape((b * nv, chunk) + x.shape[3:]) for x in xs)
-        s, o = _chunk_step(s, *rows)
-        return s, jnp.swapaxes(o.reshape(b, nv, chunk, dv), 1, 2)
-
-    xs = tuple(chunks(x) for x in (q, k, v, g, beta))
-    state, o = jax.lax.scan(step, state.astype(F32).reshape(b * nv, dk, dv), xs)
-    o = jnp.moveaxis(o, 0, 1).reshape(b, nc * chunk, nv, dv)[:, :t]
-    return o, state.reshape(b, nv, dk, dv)
+    init = (state.astype(F32).reshape(b * nv, dk, dv), jnp.zeros((b, t + pad, nv, dv), F32))
+    state, o = jax.lax.fori_loop(0, (t + pad) // chunk, body, init)
+    return o[:, :t], state.reshape(b, nv, dk, dv)
 
 
 def recurrent_delta_step(q, k, v, g, beta, state):
