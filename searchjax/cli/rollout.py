@@ -21,7 +21,8 @@ def _engine(args: argparse.Namespace, sampling=None):
     )
 
 
-def _summary(records, wall_s: float) -> dict:
+def summarize(records, wall_s: float) -> dict:
+    """The run summary printed by `searchjax rollout` (and the demo): counts, tokens/s, tools, finish reasons."""
     policy = [r for r in records if r.model == "policy"]
     tokens = sum(r.response_length for r in records)
     return {
@@ -76,7 +77,7 @@ def _rollout(args: argparse.Namespace) -> int:
     write_jsonl(records, tmp)
     os.replace(tmp, out)
     partial.unlink()
-    print(json.dumps(_summary(records, time.perf_counter() - t0)))
+    print(json.dumps(summarize(records, time.perf_counter() - t0)))
     return 0
 
 

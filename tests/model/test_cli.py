@@ -51,7 +51,21 @@ def test_cli_errors(tmp_path, capsys):
     assert "cannot read tokenizer" in capsys.readouterr().err
 
 
-def test_demo_runs(capsys):
-    assert main(["demo", "--batch", "2", "--prompt-len", "8", "--new-tokens", "3"]) == 0
+def test_demo_runs_the_pipeline_end_to_end(tmp_path, capsys):
+    out_dir = tmp_path / "demo"
+    args = ["demo", "--out", str(out_dir), "--docs", "1500", "--questions", "2", "--group", "2",
+            "--max-new-tokens", "8", "--slots", "4", "--max-len", "2048"]
+    assert main(args) == 0
     out = capsys.readouterr().out
-    assert "saved and reloaded in HF format" in out and "greedy decode: batch 2" in out and "tokens/s" in out
+    for stage in ("[1 world]", "[2 index]", "[3 tokenizer]", "[4 data]", "[5 model]", "[6 rollouts]", "[7 rewards]"):
+        assert stage in out
+    assert "saved and reloaded in HF format" in out and "greedy decode: batch 4" in out and "tokens/s" in out
+    from searchjax.rollout import read_jsonl
+
+    records = read_jsonl(out_dir / "rollouts.jsonl")
+    questions = (out_dir / "qa.jsonl").read_text().splitlines()
+    assert len(records) == len(questions) * (2 + 1)  # G policy rollouts + 1 reference per question
+    assert all(r.response_length <= 8 for r in records)
+    # A second run into the same directory refuses to clobber it unless told to.
+    assert main(args) == 1
+    assert "exists and is not empty" in capsys.readouterr().err
