@@ -24,7 +24,10 @@ class ModelConfig:
 
     `layer_types` may be left empty: it is then built from `full_attention_interval` exactly as HF does
     (layer i is full attention iff (i+1) % interval == 0). `chunk_size` is the Gated DeltaNet chunk length of the
-    chunked (prefill/training) algorithm; it is not an HF field and does not change results.
+    chunked (prefill/training) algorithm; it is not an HF field and does not change results. `moe_impl` picks the
+    routed-expert grouped matmul (`searchjax.model.moe_dispatch`): "auto" follows `jax.default_backend()`
+    ("block" on CPU, "ragged" elsewhere); set it explicitly when compiling for another platform than the host's
+    (tools/aot_tpu.py compiles for TPU on a CPU machine). Not an HF field either; results are the same.
     """
 
     vocab_size: int
@@ -54,6 +57,7 @@ class ModelConfig:
     eos_token_id: int | None = None
     pad_token_id: int | None = None
     chunk_size: int = 64
+    moe_impl: str = "auto"
 
     def __post_init__(self):
         if not self.layer_types:
@@ -101,6 +105,8 @@ class ModelConfig:
             )
         if self.chunk_size & (self.chunk_size - 1):
             raise ConfigError(f"ModelConfig.chunk_size must be a power of two, got {self.chunk_size}")
+        if self.moe_impl not in ("auto", "block", "ragged"):
+            raise ConfigError(f"ModelConfig.moe_impl must be 'auto', 'block' or 'ragged', got {self.moe_impl!r}")
         rot = self.rotary_dim
         if not 0.0 < self.partial_rotary_factor <= 1.0 or rot % 2 or rot == 0:
             raise ConfigError(
@@ -185,7 +191,7 @@ def from_hf_config(hf: dict[str, Any]) -> ModelConfig:
         raise _unsupported("hidden_act", text["hidden_act"], "Qwen3.5 MoE uses SiLU everywhere")
     if text.get("attention_bias", False):
         raise _unsupported("attention_bias", True, "Qwen3.5 attention has no biases")
-    names = {f.name for f in dataclasses.fields(ModelConfig)} - {"rope_theta", "partial_rotary_factor", "chunk_size"}
+    names = {f.name for f in dataclasses.fields(ModelConfig)} - {"rope_theta", "partial_rotary_factor", "chunk_size", "moe_impl"}
     kwargs = {k: text[k] for k in names if k in text and text[k] is not None}
     kwargs.update(_rope_fields(text))
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -198,7 +204,7 @@ def from_hf_config(hf: dict[str, Any]) -> ModelConfig:
 
 def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
     """The `qwen3_5_moe_text` config.json dict that transformers' Qwen3_5MoeForCausalLM loads."""
-    skip = {"rope_theta", "partial_rotary_factor", "chunk_size", "full_attention_interval"}
+    skip = {"rope_theta", "partial_rotary_factor", "chunk_size", "moe_impl", "full_attention_interval"}
     out: dict[str, Any] = {
         f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip
     }

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from searchjax.model.config import ModelConfig
-from searchjax.model.moe_dispatch import expert_ffn
+from searchjax.model.moe_dispatch import expert_ffn, resolve_impl
 
 F32 = jnp.float32
 
@@ -68,10 +68,11 @@ def moe_block(p, x: jax.Array, valid: jax.Array, cfg: ModelConfig, experts=None)
     b, t, d = x.shape
     xs = x.reshape(b * t, d)
     top_w, top_idx, probs = route(p.router, xs, cfg.num_experts_per_tok)
+    impl = resolve_impl(cfg.moe_impl)
     if experts is None:
-        routed = expert_ffn(xs, top_idx, top_w, p.w_gate, p.w_up, p.w_down)
+        routed = expert_ffn(xs, top_idx, top_w, p.w_gate, p.w_up, p.w_down, impl=impl)
     else:
-        routed = expert_ffn(xs, top_idx, top_w, *experts[:3], layer=experts[3])
+        routed = expert_ffn(xs, top_idx, top_w, *experts[:3], impl=impl, layer=experts[3])
     shared = swiglu(xs, p.shared_gate, p.shared_up, p.shared_down)
     gate = jax.nn.sigmoid(jnp.einsum("ND,D->N", xs, p.shared_expert_gate).astype(F32))[:, None]
     y = routed.astype(F32) + gate * shared.astype(F32)

@@ -31,6 +31,11 @@ def default_impl() -> str:
     return "block" if jax.default_backend() == "cpu" else "ragged"
 
 
+def resolve_impl(name: str) -> str:
+    """A config's `moe_impl` ("auto", "block" or "ragged") as the scheme to use: "auto" = `default_impl()`."""
+    return default_impl() if name == "auto" else name
+
+
 def default_block_size(num_rows: int, num_experts: int) -> int:
     """Block size b for the block scheme: a power of two near a quarter of the mean group N·X/E, in [1, 256].
 

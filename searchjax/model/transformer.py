@@ -20,6 +20,7 @@ from searchjax.model.config import FULL, LINEAR, ModelConfig
 from searchjax.model.deltanet import deltanet, deltanet_step
 from searchjax.model.layers import gated_attention, gated_attention_cached, rms_norm
 from searchjax.model.moe import RouterStats, moe_block
+from searchjax.model.moe_dispatch import resolve_impl
 from searchjax.model.params import Params
 
 F32 = jnp.float32
@@ -141,8 +142,12 @@ def _run_cached(params: Params, tokens, cfg: ModelConfig, cache: Cache, pos, val
         return out, (k, v)
 
     caches = ((cache.conv_q, cache.conv_k, cache.conv_v, cache.state), (cache.k, cache.v))
+    # Reading routed experts in place from the [L, E, ...] stacks pays off for the CPU block dispatch only; with
+    # ragged_dot (GPU/TPU) the per-layer slice is cheap, and the in-place view of expert-sharded stacks tripled
+    # the per-chip memory of the sharded 397B (BENCHMARKS.md, AOT section).
+    in_place = resolve_impl(cfg.moe_impl) == "block"
     x, _, (lin_c, (k, v)) = _run_layers(params, _embed(params, tokens), valid, cfg, {LINEAR: lin, FULL: full}, caches,
-                                        in_place_experts=True)
+                                        in_place_experts=in_place)
     conv_q, conv_k, conv_v, state = lin_c
     new = Cache(lengths=cache.lengths, k=k, v=v, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, state=state)
     return rms_norm(x, params.final_norm, cfg.rms_norm_eps), new

@@ -145,3 +145,16 @@ def test_bad_input_raises(change, match):
 def test_unknown_impl_raises():
     with pytest.raises(ValueError, match="impl must be one of"):
         expert_ffn(*_inputs(9, 2, 4, 1), impl="dense")
+
+
+def test_config_moe_impl_resolves_and_both_give_the_same_model_output():
+    from searchjax.model import forward, init_params, load_preset
+    from searchjax.model.moe_dispatch import default_impl, resolve_impl
+
+    assert resolve_impl("auto") == default_impl() and resolve_impl("ragged") == "ragged"
+    cfg = load_preset("tiny")
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, cfg.vocab_size, jnp.int32)
+    block = forward(params, tokens, cfg.replace(moe_impl="block"))
+    ragged = forward(params, tokens, cfg.replace(moe_impl="ragged"))
+    np.testing.assert_allclose(np.asarray(block), np.asarray(ragged), rtol=1e-5, atol=1e-5)
