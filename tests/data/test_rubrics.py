@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -20,6 +19,7 @@ from searchjax.rewards.rubrics import (
     evaluate_rubrics,
     passes_all,
 )
+from searchjax.search import serving_in_background
 
 PROMPT = "She will share u man power planning. We have to arrange lodging & boarding. Plz correct swntence."
 # The write-up's five rubrics for this prompt (RECIPE.md §3.2), in its order.
@@ -122,13 +122,8 @@ class _StubHandler(BaseHTTPRequestHandler):
 def stub_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _StubHandler)
     server.requests = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving_in_background(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_llm_judge_over_openai_compatible_stub(stub_server):
