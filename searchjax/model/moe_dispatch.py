@@ -4,21 +4,34 @@ For tokens x[N, D] routed to X experts each (indices top_idx[N, X], weights top_
 
     y[n] = Σ_j top_w[n, j] · ( silu(x[n] W_g[e]) ⊙ (x[n] W_u[e]) ) W_d[e],     e = top_idx[n, j]
 
-(QWEN35.md §3.5). Nothing is dropped (no capacity factor), so inference matches Hugging Face exactly.
-Compute grows with N·X, not with E: the N·X (token, expert) assignments are sorted by expert, so each expert's
-rows are contiguous, and a *grouped* matmul multiplies each group by its own expert's weights:
+(QWEN35.md §3.5). Nothing is dropped, so inference matches Hugging Face exactly. Compute grows with M = N·X,
+not with E: the M (token, expert) assignments are sorted by expert, so each expert's rows are contiguous,
+and a *grouped* matmul multiplies each group by its own expert's weights:
 
 * ``"ragged"``: ``jax.lax.ragged_dot`` (native grouped GEMM on GPU/TPU; on CPU XLA lowers it densely over E).
-* ``"block"``: block-sparse, for CPU. Each expert's group is padded to a multiple of a block size b; the
-  number of blocks ⌊(N·X + min(E, N·X)·(b−1)) / b⌋ is static and every block belongs to one expert. One
-  `lax.scan` step per block multiplies its [b, D] rows by that expert's [D, F] weights (indexed, not copied);
-  a custom VJP makes the backward pass one scan too, adding each block's weight gradient into its expert's
-  slice only, so forward and backward cost O(N·X·D·F), independent of E.
+* ``"block"``: for CPU, two parts.
+  - Capacity: the first C rows of each expert's group (C static, a multiple of 8 near the mean group M/E,
+    `default_capacity`) fill slots [E, C, D] and go through three batched einsums "ECD,EDF->ECF", the
+    fastest CPU form. Empty slots are zero rows. Plain autodiff; the dispatch gather x[token] and the
+    weighted combine are each other's transposes, so both directions are gathers (`_gather_rows`).
+  - Overflow: the rows of rank ≥ C go to expert-pure blocks of b rows, each expert's overflow padded to a
+    multiple of b. The static block count (`_num_blocks`) bounds every routing, but a `fori_loop` runs only
+    over the blocks actually filled (a dynamic trip count), in the forward and in the custom-VJP backward:
+    each step multiplies its [b, D] rows by its expert's [D, F] weights (indexed, not copied) and
+    scatter-adds w·y into the output; the backward adds each block's weight gradient into its expert's
+    slice only. C = 0 (small M/E, e.g. decode) leaves the pure block scheme.
+  Cost: the capacity part is E·C ≤ M slot rows of batched matmuls; the overflow part ⌈o_e/b⌉·b rows per
+  expert, o_e = max(c_e − C, 0), at per-block matmul speed (the backward recomputes h, u for them). Worst
+  case, all M rows to one expert: E·C ≤ M slot rows (all but C of them empty) plus ⌈(M − C)/b⌉ loop steps of
+  b rows, i.e. at most about twice a balanced routing's rows and the pure block scheme's speed. Forward and
+  backward are O(M·D·F) for every routing, independent of E.
 
 Both are plain gathers and matmuls, hence differentiable (training) and jit-able; matmuls accumulate in fp32.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +47,14 @@ def default_impl() -> str:
 def resolve_impl(name: str) -> str:
     """A config's `moe_impl` ("auto", "block" or "ragged") as the scheme to use: "auto" = `default_impl()`."""
     return default_impl() if name == "auto" else name
+
+
+def default_capacity(num_rows: int, num_experts: int) -> int:
+    """Capacity C of the "block" scheme: the mean group M/E rounded down to a multiple of 8 (0 below 8).
+
+    Groups near the mean fill their slots, and the few rows past C go to the overflow loop.
+    """
+    return int(num_rows // max(1, num_experts) // 8 * 8)
 
 
 def default_block_size(num_rows: int, num_experts: int) -> int:
@@ -95,30 +116,115 @@ def _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x: int) -> jax.Array:
     return jax.lax.ragged_dot(a, w_down, group_sizes, preferred_element_type=jnp.float32)[inverse]
 
 
-def _block_layout(flat_idx: jax.Array, num_experts: int, num_x: int, block: int):
-    """Place the N·X expert-sorted assignments into expert-pure blocks of b rows.
+def _num_blocks(num_rows: int, num_experts: int, capacity: int, block: int) -> int:
+    """Static bound on the overflow blocks Σ_e ⌈o_e / b⌉, o_e = max(c_e − C, 0), over all routings.
 
-    Expert e's c_e rows (sorted position o_e = Σ_{e'<e} c_e' onwards) go to padded rows starting at
-    p_e = Σ_{e'<e} b·⌈c_e'/b⌉, so every block of b padded rows belongs to one expert. Since
-    Σ_e ⌈c_e/b⌉ ≤ (N·X + min(E, N·X)·(b−1)) / b, that many blocks always suffice (a static count).
-    Returns (block_expert[nb], token[nb·b], valid[nb·b], pos[N·X]): the expert of each block, the token
-    feeding each padded row (valid=False for padding), and the padded row of each assignment n·X + j.
+    With k overflowing experts, Σ_e o_e ≤ M − k·C (each holds C + o_e of the M rows) and k ≤ min(E, ⌊M/(C+1)⌋),
+    so Σ_e ⌈o_e/b⌉ ≤ (M + k·(b − 1 − C)) / b, linear in k: its maximum is at k = 1 or at the largest k.
+    C = 0 gives the pure block scheme's ⌊(M + min(E, M)·(b − 1)) / b⌋.
+    """
+    k_max = min(num_experts, num_rows // (capacity + 1))
+    if k_max == 0:
+        return 1
+    return max(1, *((num_rows + k * (block - 1 - capacity)) // block for k in (1, k_max)))
+
+
+class _Layout(NamedTuple):
+    """Where each of the M = N·X assignments (flat index n·X + j) goes; see `_layout`."""
+
+    slot_assign: jax.Array  # [E·C] assignment in capacity slot e·C + r (clipped for an empty slot)
+    slot_valid: jax.Array  # [E·C] the slot holds an assignment
+    cap_pos: jax.Array  # [N, X] capacity slot e·C + rank of assignment (n, j) (meaningful where in_cap)
+    in_cap: jax.Array  # [N, X] rank < C
+    block_expert: jax.Array  # [nb] expert of each overflow block
+    row_assign: jax.Array  # [nb·b] assignment in each overflow row (clipped for padding)
+    row_valid: jax.Array  # [nb·b] the row holds an assignment (False for padding)
+    used_blocks: jax.Array  # scalar: blocks actually filled, Σ_e ⌈o_e / b⌉ ≤ nb
+
+
+def _layout(flat_idx: jax.Array, num_experts: int, num_x: int, capacity: int, block: int) -> _Layout:
+    """Split the expert-sorted assignments into capacity slots and expert-pure overflow blocks.
+
+    Assignment i of expert e with rank r_i (its position within e's sorted group) goes to capacity slot
+    e·C + r_i if r_i < C; otherwise to overflow row p_e + (r_i − C) where p_e = Σ_{e'<e} b·⌈o_e'/b⌉, so every
+    block of b overflow rows belongs to one expert.
     """
     m = flat_idx.shape[0]
-    order, inverse, group_sizes = _sort_by_expert(flat_idx, num_experts)
-    nb = (m + min(num_experts, m) * (block - 1)) // block
-    padded = (group_sizes + block - 1) // block * block
+    order, inverse, sizes = _sort_by_expert(flat_idx, num_experts)
+    row_start = jnp.cumsum(sizes) - sizes
+    rank = inverse - row_start[flat_idx]
+    r = jnp.arange(capacity, dtype=jnp.int32)
+    slot_assign = order[jnp.minimum(row_start[:, None] + r, m - 1).reshape(-1)]
+    slot_valid = (r < sizes[:, None]).reshape(-1)
+    cap_pos = (flat_idx * capacity + jnp.minimum(rank, max(capacity - 1, 0))).reshape(-1, num_x)
+    in_cap = (rank < capacity).reshape(-1, num_x)
+    over = jnp.maximum(sizes - capacity, 0)
+    nb = _num_blocks(m, num_experts, capacity, block)
+    padded = (over + block - 1) // block * block
     pad_end = jnp.cumsum(padded)
     pad_start = pad_end - padded
-    row_start = jnp.cumsum(group_sizes) - group_sizes
     block_expert = jnp.searchsorted(pad_end, jnp.arange(nb, dtype=jnp.int32) * block, side="right")
     block_expert = jnp.minimum(block_expert, num_experts - 1).astype(jnp.int32)
     row_expert = jnp.repeat(block_expert, block, total_repeat_length=nb * block)
     local = jnp.arange(nb * block, dtype=jnp.int32) - pad_start[row_expert]
-    valid = (local >= 0) & (local < group_sizes[row_expert])
-    token = order[jnp.clip(row_start[row_expert] + local, 0, m - 1)] // num_x
-    pos = pad_start[flat_idx] + inverse - row_start[flat_idx]
-    return block_expert, token, valid, pos
+    row_valid = (local >= 0) & (local < over[row_expert])
+    row_assign = order[jnp.clip(row_start[row_expert] + capacity + local, 0, m - 1)]
+    return _Layout(slot_assign, slot_valid, cap_pos, in_cap, block_expert, row_assign, row_valid,
+                   (pad_end[-1] // block).astype(jnp.int32))
+
+
+@jax.custom_vjp
+def _gather_rows(src, idx, valid, inv_pos, inv_valid):
+    """out[s] = src[idx[s]] where valid[s], else 0: rows [S, D] picked from src [N, D].
+
+    (inv_pos [N, X], inv_valid) is the inverse map: row n feeds exactly the valid slots inv_pos[n, j] with
+    inv_valid[n, j]. The transpose is then the gather-and-sum `_sum_rows`, not a scatter-add.
+    """
+    return jnp.where(valid[:, None], src[idx], jnp.zeros((), src.dtype))
+
+
+@jax.custom_vjp
+def _sum_rows(src, pos, valid, inv_idx, inv_valid):
+    """out[n] = Σ_j src[pos[n, j]] over valid (n, j), in fp32, cast to src.dtype: the transpose of `_gather_rows`."""
+    picked = jnp.where(valid[..., None], src[pos], jnp.zeros((), src.dtype))
+    return jnp.sum(picked, axis=1, dtype=jnp.float32).astype(src.dtype)
+
+
+def _gather_rows_fwd(src, idx, valid, inv_pos, inv_valid):
+    return _gather_rows(src, idx, valid, inv_pos, inv_valid), (idx, valid, inv_pos, inv_valid)
+
+
+def _gather_rows_bwd(res, d):
+    idx, valid, inv_pos, inv_valid = res
+    return _sum_rows(d, inv_pos, inv_valid, idx, valid), None, None, None, None
+
+
+def _sum_rows_fwd(src, pos, valid, inv_idx, inv_valid):
+    return _sum_rows(src, pos, valid, inv_idx, inv_valid), (pos, valid, inv_idx, inv_valid)
+
+
+def _sum_rows_bwd(res, d):
+    pos, valid, inv_idx, inv_valid = res
+    return _gather_rows(d, inv_idx, inv_valid, pos, valid), None, None, None, None
+
+
+_gather_rows.defvjp(_gather_rows_fwd, _gather_rows_bwd)
+_sum_rows.defvjp(_sum_rows_fwd, _sum_rows_bwd)
+
+
+def _capacity_ffn(x, w_flat, w_gate, w_up, w_down, lay: _Layout) -> jax.Array:
+    """Σ_j w[n,j]·SwiGLU_e(x[n]) over the assignments in capacity: batched [E, C, D] matmuls; fp32 [N, D].
+
+    Plain autodiff through the einsums; the dispatch/combine gathers transpose into gathers (`_gather_rows`).
+    """
+    num_experts, num_x = w_gate.shape[0], lay.cap_pos.shape[1]
+    tok = lay.slot_assign // num_x
+    xin = _gather_rows(x, tok, lay.slot_valid, lay.cap_pos, lay.in_cap).reshape(num_experts, -1, x.shape[1])
+    h = jnp.einsum("ECD,EDF->ECF", xin, w_gate, preferred_element_type=jnp.float32)
+    u = jnp.einsum("ECD,EDF->ECF", xin, w_up, preferred_element_type=jnp.float32)
+    y = jnp.einsum("ECF,EFD->ECD", _swiglu(h, u, x.dtype), w_down, preferred_element_type=jnp.float32)
+    ws = jnp.where(lay.slot_valid, w_flat[lay.slot_assign].astype(jnp.float32), 0.0)
+    return _sum_rows(y.reshape(ws.shape[0], -1) * ws[:, None], lay.cap_pos, lay.in_cap, tok, lay.slot_valid)
 
 
 def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -130,72 +236,96 @@ def _dot_t(a: jax.Array, b: jax.Array) -> jax.Array:
     return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
 
 
-def _blocks_fwd(xp, block_expert, w_gate, w_up, w_down):
-    """y_b = (silu(x_b W_g[e_b]) ⊙ x_b W_u[e_b]) W_d[e_b] for each block b, one loop step per block."""
-
-    def step(_, args):
-        xb, e = args
-        h, u = _dot(xb, w_gate[e]), _dot(xb, w_up[e])
-        return None, (_dot(_swiglu(h, u, xb.dtype), w_down[e]), h, u)
-
-    _, (yp, h, u) = jax.lax.scan(step, None, (xp, block_expert))
-    return yp, (xp, block_expert, h, u, w_gate, w_up, w_down)
-
-
-def _blocks_bwd(res, dyp):
-    """Per block: da = dy W_dᵀ; dh = da ⊙ u ⊙ silu'(h); du = da ⊙ silu(h); dx = dh W_gᵀ + du W_uᵀ.
-
-    Weight gradients accumulate into expert e_b's slice only (dW_g[e] += x_bᵀ dh, ...), so the backward pass
-    costs O(blocks · D · F) like the forward, independent of E.
-    """
-    xp, block_expert, h_all, u_all, w_gate, w_up, w_down = res
-
-    def step(grads, args):
-        xb, e, h, u, dy = args
-        sig = jax.nn.sigmoid(h)
-        silu = h * sig
-        da = _dot_t(dy.astype(w_down.dtype), w_down[e])
-        dh = (da * u * sig * (1.0 + h * (1.0 - sig))).astype(xb.dtype)
-        du = (da * silu).astype(xb.dtype)
-        dx = _dot_t(dh, w_gate[e]) + _dot_t(du, w_up[e])
-        a = (silu * u).astype(xb.dtype)
-        dg, du_w, dd = grads
-        dg = dg.at[e].add(_dot(xb.T, dh))
-        du_w = du_w.at[e].add(_dot(xb.T, du))
-        dd = dd.at[e].add(_dot(a.T, dy.astype(xb.dtype)))
-        return (dg, du_w, dd), dx.astype(xb.dtype)
-
-    zeros = tuple(jnp.zeros(w.shape, jnp.float32) for w in (w_gate, w_up, w_down))
-    (dg, du, dd), dxp = jax.lax.scan(step, zeros, (xp, block_expert, h_all, u_all, dyp))
-    return dxp, None, dg.astype(w_gate.dtype), du.astype(w_up.dtype), dd.astype(w_down.dtype)
+def _block_rows(i, block_expert, row_assign, row_valid, w_flat, num_x: int):
+    """Block i's expert, its rows' tokens and assignments, and their routing weights (0 on padding rows)."""
+    b = row_assign.shape[0] // block_expert.shape[0]
+    rows = jax.lax.dynamic_slice_in_dim(row_assign, i * b, b)
+    valid = jax.lax.dynamic_slice_in_dim(row_valid, i * b, b)
+    wb = jnp.where(valid, w_flat[rows].astype(jnp.float32), 0.0)
+    return block_expert[i], rows // num_x, rows, valid, wb
 
 
 @jax.custom_vjp
-def _blocks_swiglu(xp, block_expert, w_gate, w_up, w_down):
-    """SwiGLU of expert-pure blocks xp[nb, b, D] with expert block_expert[nb]; fp32 [nb, b, D]."""
-    return _blocks_fwd(xp, block_expert, w_gate, w_up, w_down)[0]
+def _overflow_ffn(x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks):
+    """Σ over overflow rows of w·SwiGLU_e(x[token]) scattered into fp32 [N, D], one loop step per used block.
 
-
-_blocks_swiglu.defvjp(_blocks_fwd, _blocks_bwd)
-
-
-def _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x: int, block: int, layer=None) -> jax.Array:
-    """Grouped SwiGLU over expert-pure blocks of b rows; returns fp32 [N·X, D] rows.
-
-    With `layer`, the weights are stacks [L, E, ...] viewed as [L·E, ...] (a free reshape) and block b uses
-    expert layer·E + e_b: each step reads only its expert's slice, the layer's [E, ...] weights are never copied
-    out of the stack. That path has no custom VJP (plain autodiff; meant for inference).
+    The trip count is `used_blocks` (dynamic), so the static bound nb of `_num_blocks` costs index arithmetic
+    only. Padding rows carry weight 0, so they add nothing.
     """
-    num_experts = w_gate.shape[-3]
-    block_expert, token, valid, pos = _block_layout(flat_idx, num_experts, num_x, block)
-    nb = block_expert.shape[0]
-    xp = jnp.where(valid[:, None], x[token], jnp.zeros((), x.dtype)).reshape(nb, block, x.shape[1])
-    if layer is None:
-        yp = _blocks_swiglu(xp, block_expert, w_gate, w_up, w_down)
-    else:
-        merged = [w.reshape(-1, *w.shape[2:]) for w in (w_gate, w_up, w_down)]
-        yp = _blocks_fwd(xp, block_expert + layer * num_experts, *merged)[0]
-    return yp.reshape(nb * block, -1)[pos]
+    num_x = w_flat.shape[0] // x.shape[0]
+
+    def step(i, y):
+        e, tok, _, _, wb = _block_rows(i, block_expert, row_assign, row_valid, w_flat, num_x)
+        xb = x[tok]
+        a = _swiglu(_dot(xb, w_gate[e]), _dot(xb, w_up[e]), x.dtype)
+        return y.at[tok].add(_dot(a, w_down[e]) * wb[:, None])
+
+    return jax.lax.fori_loop(0, used_blocks, step, jnp.zeros(x.shape, jnp.float32))
+
+
+def _overflow_fwd(x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks):
+    args = (x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks)
+    return _overflow_ffn(*args), args
+
+
+def _overflow_bwd(res, dy):
+    """Per used block (h, u recomputed): g = dy Wᵈᵀ; dw = ⟨g, a⟩; da = w·g; dh = da ⊙ u ⊙ silu'(h);
+    du = da ⊙ silu(h); dx += dh W_gᵀ + du W_uᵀ; dW_g[e] += xᵀ dh, dW_u[e] += xᵀ du, dW_d[e] += aᵀ (w·dy).
+
+    Gradients go into expert e's slice only: the cost is O(used blocks · b · D · F), independent of E.
+    """
+    x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks = res
+    num_x = w_flat.shape[0] // x.shape[0]
+
+    def step(i, carry):
+        dx, dw, dg, du_w, dd = carry
+        e, tok, rows, valid, wb = _block_rows(i, block_expert, row_assign, row_valid, w_flat, num_x)
+        xb, dyb = x[tok], dy[tok]
+        h, u = _dot(xb, w_gate[e]), _dot(xb, w_up[e])
+        sig = jax.nn.sigmoid(h)
+        silu = h * sig
+        a = (silu * u).astype(x.dtype)
+        g = _dot_t(dyb.astype(w_down.dtype), w_down[e])
+        dw = dw.at[rows].add(jnp.where(valid, jnp.sum(g * a.astype(jnp.float32), axis=1), 0.0))
+        da = g * wb[:, None]
+        dh = (da * u * sig * (1.0 + h * (1.0 - sig))).astype(x.dtype)
+        du = (da * silu).astype(x.dtype)
+        dx = dx.at[tok].add(_dot_t(dh, w_gate[e]) + _dot_t(du, w_up[e]))
+        dg = dg.at[e].add(_dot(xb.T, dh))
+        du_w = du_w.at[e].add(_dot(xb.T, du))
+        dd = dd.at[e].add(_dot(a.T, (dyb * wb[:, None]).astype(x.dtype)))
+        return dx, dw, dg, du_w, dd
+
+    zeros = [jnp.zeros(a.shape, jnp.float32) for a in (x, w_flat, w_gate, w_up, w_down)]
+    grads = jax.lax.fori_loop(0, used_blocks, step, tuple(zeros))
+    cast = tuple(g.astype(a.dtype) for g, a in zip(grads, (x, w_flat, w_gate, w_up, w_down)))
+    return (*cast, None, None, None, None)
+
+
+_overflow_ffn.defvjp(_overflow_fwd, _overflow_bwd)
+
+
+def _block_ffn(x, top_w, flat_idx, w_gate, w_up, w_down, block: int, capacity: int, layer=None) -> jax.Array:
+    """Capacity part (batched matmuls) plus overflow blocks (dynamic loop); returns fp32 [N, D], combined.
+
+    With `layer`, the weights are stacks [L, E, ...]: the overflow blocks read expert layer·E + e of the
+    [L·E, ...] view (a free reshape) in place; the capacity part multiplies by the layer's [E, ...] slice.
+    """
+    num_experts, num_x = w_gate.shape[-3], top_w.shape[1]
+    lay = _layout(flat_idx, num_experts, num_x, capacity, block)
+    w_flat = top_w.reshape(-1)
+    block_expert = lay.block_expert
+    weights = (w_gate, w_up, w_down)
+    if layer is not None:
+        block_expert = block_expert + layer * num_experts
+        weights = tuple(w.reshape(-1, *w.shape[2:]) for w in weights)
+    y = _overflow_ffn(x, w_flat, *weights, block_expert, lay.row_assign, lay.row_valid, lay.used_blocks)
+    if capacity > 0:
+        cap_w = (w_gate, w_up, w_down)
+        if layer is not None:
+            cap_w = tuple(jax.lax.dynamic_index_in_dim(w, layer, keepdims=False) for w in cap_w)
+        y = y + _capacity_ffn(x, w_flat, *cap_w, lay)
+    return y
 
 
 def expert_ffn(
@@ -209,6 +339,7 @@ def expert_ffn(
     impl: str | None = None,
     block_size: int | None = None,
     layer: jax.Array | int | None = None,
+    capacity: int | None = None,
 ) -> jax.Array:
     """Σ_j top_w[n,j] · SwiGLU_e(x[n]) with e = top_idx[n,j], dropless and sparse (see module docstring).
 
@@ -216,9 +347,10 @@ def expert_ffn(
       x: [N, D] tokens. top_idx: [N, X] int expert ids in [0, E). top_w: [N, X] routing weights.
       w_gate, w_up: [E, D, F]. w_down: [E, F, D].
       impl: "ragged" or "block"; None picks per backend (`default_impl`).
-      block_size: block size b for "block" (None: `default_block_size`).
+      block_size: overflow block size b for "block" (None: `default_block_size`).
       layer: if given, w_gate/w_up/w_down are per-layer stacks [L, E, ...] and layer (a traced or static
-        index) selects one, without copying the layer's weights out of the stack (see `_block_ffn`).
+        index) selects one (see `_block_ffn`).
+      capacity: capacity C per expert for "block" (None: `default_capacity`; 0: overflow blocks only).
     Returns:
       [N, D] in x.dtype (matmuls and the weighted sum accumulate in fp32).
     """
@@ -228,17 +360,16 @@ def expert_ffn(
     if impl not in IMPLS:
         raise ValueError(f"expert_ffn: impl must be one of {IMPLS}, got {impl!r}")
     n, d = x.shape
-    num_x = top_idx.shape[1]
+    num_x, num_experts = top_idx.shape[1], w_gate.shape[-3]
     flat_idx = top_idx.reshape(-1).astype(jnp.int32)
     if impl == "ragged":
         if layer is not None:
             w_gate, w_up, w_down = (jax.lax.dynamic_index_in_dim(w, layer, keepdims=False)
                                     for w in (w_gate, w_up, w_down))
-        ys = _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x)
-    else:
-        block = block_size or default_block_size(n * num_x, w_gate.shape[-3])
-        if block < 1:
-            raise ValueError(f"expert_ffn: block_size must be >= 1, got {block_size}")
-        ys = _block_ffn(x, flat_idx, w_gate, w_up, w_down, num_x, int(block), layer)
-    y = ys.reshape(n, num_x, d)
-    return jnp.einsum("NXD,NX->ND", y, top_w.astype(jnp.float32)).astype(x.dtype)
+        y = _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x).reshape(n, num_x, d)
+        return jnp.einsum("NXD,NX->ND", y, top_w.astype(jnp.float32)).astype(x.dtype)
+    cap = default_capacity(n * num_x, num_experts) if capacity is None else capacity
+    block = block_size or default_block_size(n * num_x, num_experts)
+    if block < 1 or cap < 0:
+        raise ValueError(f"expert_ffn: block_size must be >= 1 and capacity >= 0, got {block_size}, {capacity}")
+    return _block_ffn(x, top_w, flat_idx, w_gate, w_up, w_down, int(block), int(cap), layer).astype(x.dtype)
