@@ -7,7 +7,10 @@
 3. forward+backward FLOP/s ÷ fp32 matmul peak measured in JAX in this run                    target ≥ 0.35
 4. MoE sparsity: fwd+bwd step time with 64 experts top-4 ÷ 8 experts top-4 (same active size) target ≤ 1.3
 5. DeltaNet: chunked time T=4096 ÷ T=512                                                    target ≤ 10
-             recurrent ÷ chunked time at T=4096                                             target ≥ 5
+             recurrent ÷ chunked time at T=4096 (batch 1, and batch 4 as in the prefill)    target ≥ 5
+Beside 1 and 2 it prints what the machine allows: transformers' useful forward FLOP/s as a share of the peak (the
+prefill ratio cannot exceed peak ÷ that rate) and the weight bytes a decode step must read over the measured DRAM
+read rate (the decode ratio cannot exceed transformers' step time ÷ that floor).
 Timings are the minimum over repetitions after a warm-up (the machine is shared; the minimum is the least noisy).
 """
 
@@ -120,14 +123,42 @@ def step_time(cfg, reps: int, batch: int, seq: int) -> float:
     return best_time(lambda: jax.block_until_ready(step(params, tokens)), reps)
 
 
-def train_flops(cfg, batch: int, seq: int) -> float:
-    """6 × matmul parameters used per token × tokens, + attention scores/values (fwd 4·T²·N·H per full layer ×3/2
-    for causal-half... counted in full for simplicity: 12·B·T²·N·H·L_full). The embedding gather is no matmul."""
+def model_flops(cfg, batch: int, seq: int, backward: bool = True) -> float:
+    """Useful FLOPs of a forward (2×) or forward+backward (6×) pass: that factor × matmul parameters used per token
+    × tokens, + attention scores and values (forward 4·B·T²·N·H per full-attention layer, halved for causality;
+    ×3 with the backward). The embedding gather is no matmul; the delta rule, norms and softmaxes are not counted."""
     from searchjax.model import param_count
 
     matmul_params = param_count(cfg, active=True) - cfg.vocab_size * cfg.hidden_size
-    attn = 12 * batch * seq**2 * cfg.num_attention_heads * cfg.head_dim * cfg.num_full_layers // 2
-    return 6 * matmul_params * batch * seq + attn
+    factor = 3 if backward else 1
+    attn = factor * 4 * batch * seq**2 * cfg.num_attention_heads * cfg.head_dim * cfg.num_full_layers // 2
+    return 2 * factor * matmul_params * batch * seq + attn
+
+
+def train_flops(cfg, batch: int, seq: int) -> float:
+    return model_flops(cfg, batch, seq, backward=True)
+
+
+def read_bandwidth(reps: int, mib: int = 512) -> float:
+    """Bytes/s of a jitted sum over a `mib` MiB fp32 array (far larger than the caches): the DRAM read rate."""
+    x = jnp.ones((mib * 2**20 // 4,), jnp.float32)
+    f = jax.jit(jnp.sum)
+    return x.nbytes / best_time(lambda: f(x).block_until_ready(), reps)
+
+
+def decode_bytes_per_step(cfg, batch: int) -> float:
+    """A lower bound on the weight bytes one decode step of `batch` rows must read (fp32): every non-expert matmul
+    weight (the [V, D] embedding table only for the rows read) plus, per MoE layer, the experts the step hits —
+    E·(1 − (1 − k/E)^B) of them on average when each row picks k distinct experts uniformly (the router of a
+    randomly initialised model is close to uniform)."""
+    from searchjax.model import param_count
+
+    e, k = cfg.num_experts, cfg.num_experts_per_tok
+    per_expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
+    routed = per_expert * e * cfg.num_hidden_layers
+    dense = param_count(cfg) - routed - cfg.vocab_size * cfg.hidden_size
+    hit = e * (1.0 - (1.0 - k / e) ** batch)
+    return 4.0 * (dense + hit * per_expert * cfg.num_hidden_layers + batch * cfg.hidden_size)
 
 
 def bench_deltanet(reps: int, chunks=(64, 16), b=1, nv=4, dk=64, dv=64) -> dict:
@@ -176,14 +207,26 @@ def main(argv=None) -> int:
     params = init_params(cfg, jax.random.key(0))
     hf = _hf_model(params, cfg)
     peak = matmul_peak(reps)
-    print(f"fp32 matmul peak (2048³, JAX): {peak / 1e9:.1f} GFLOP/s", flush=True)
+    bw = read_bandwidth(reps)
+    print(f"fp32 matmul peak (2048³, JAX): {peak / 1e9:.1f} GFLOP/s; DRAM read (sum of 512 MiB): {bw / 1e9:.1f} GB/s",
+          flush=True)
     p = bench_prefill(params, cfg, hf, reps)
+    fwd = model_flops(cfg, 4, 512, backward=False)
+    hf_rate, our_rate = fwd * p["hf_tok_s"] / 2048, fwd * p["ours_tok_s"] / 2048
     print(f"prefill 4×512: ours {p['ours_tok_s']:.0f} tok/s, transformers {p['hf_tok_s']:.0f} tok/s, "
-          f"ratio {p['ratio']:.2f} (target ≥ 3); max |Δlogit| {p['max_abs_logit_diff']:.2e}", flush=True)
+          f"ratio {p['ratio']:.2f} (target ≥ 3); max |Δlogit| {p['max_abs_logit_diff']:.2e}\n"
+          f"  useful forward FLOP/s: ours {our_rate / 1e9:.1f} G = {our_rate / peak:.2f} of peak, transformers "
+          f"{hf_rate / 1e9:.1f} G = {hf_rate / peak:.2f} of peak -> ratio at most {peak / hf_rate:.2f} at 100% of "
+          f"peak", flush=True)
     d = bench_decode(params, cfg, hf, reps)
+    floor = decode_bytes_per_step(cfg, 16) / bw
+    hf_step, our_step = 16 / d["hf_tok_s"], 16 / d["ours_tok_s"]
     print(f"decode batch 16 (32-token prompt, 64 new): ours {d['ours_tok_s']:.0f} tok/s, transformers generate "
           f"{d['hf_tok_s']:.0f} tok/s, ratio {d['ratio']:.2f} (target ≥ 5); greedy agreement "
-          f"{d['greedy_token_agreement']:.3f}", flush=True)
+          f"{d['greedy_token_agreement']:.3f}\n"
+          f"  per step: ours {our_step * 1e3:.1f} ms, transformers {hf_step * 1e3:.1f} ms; weight-read floor "
+          f"{decode_bytes_per_step(cfg, 16) / 1e6:.0f} MB / {bw / 1e9:.1f} GB/s = {floor * 1e3:.1f} ms -> ratio at "
+          f"most {hf_step / floor:.2f} at the memory floor", flush=True)
     b, t = 4, 512
     t64 = step_time(cfg, reps, b, t)
     frac = train_flops(cfg, b, t) / t64 / peak
@@ -192,10 +235,11 @@ def main(argv=None) -> int:
     t8 = step_time(cfg.replace(num_experts=8), reps, b, t)
     print(f"MoE step time 64 experts ÷ 8 experts (top-4, same active size): {t64:.3f}s / {t8:.3f}s = "
           f"{t64 / t8:.2f} (target ≤ 1.3)", flush=True)
-    for c, dn in bench_deltanet(reps)["chunks"].items():
-        print(f"DeltaNet (batch 1, chunk {c}) chunked T=4096 ÷ T=512: {dn['scaling_4096_over_512']:.2f} (target ≤ 10); "
-              f"recurrent ÷ chunked at T=4096: {dn['recurrent_over_chunked']:.2f} (target ≥ 5); "
-              f"max |Δo| {dn['max_abs_diff']:.1e}", flush=True)
+    for batch in (1, 4):
+        for c, dn in bench_deltanet(reps, b=batch)["chunks"].items():
+            print(f"DeltaNet (batch {batch}, chunk {c}) chunked T=4096 ÷ T=512: {dn['scaling_4096_over_512']:.2f} "
+                  f"(target ≤ 10); recurrent ÷ chunked at T=4096: {dn['recurrent_over_chunked']:.2f} (target ≥ 5); "
+                  f"max |Δo| {dn['max_abs_diff']:.1e}", flush=True)
     return 0
 
 

@@ -16,6 +16,8 @@ LINEAR = "linear_attention"
 FULL = "full_attention"
 LAYER_TYPES = (LINEAR, FULL)
 HF_MODEL_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
+LAYER_LOOPS = ("auto", "scan", "unroll")
+COMPUTE_FIELDS = ("chunk_size", "moe_impl", "layer_loop")  # how to compute, not what: never in config.json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +30,8 @@ class ModelConfig:
     routed-expert grouped matmul (`searchjax.model.moe_dispatch`): "auto" follows `jax.default_backend()`
     ("block" on CPU, "ragged" elsewhere); set it explicitly when compiling for another platform than the host's
     (tools/aot_tpu.py compiles for TPU on a CPU machine). Not an HF field either; results are the same.
+    `layer_loop` runs the decoder layers as one `lax.scan` ("scan": compile time independent of depth) or as a
+    Python loop ("unroll": faster on CPU, see `transformer._run_layers`); "auto" unrolls up to 16 layers.
     """
 
     vocab_size: int
@@ -58,6 +62,7 @@ class ModelConfig:
     pad_token_id: int | None = None
     chunk_size: int = 64
     moe_impl: str = "auto"
+    layer_loop: str = "auto"
 
     def __post_init__(self):
         if not self.layer_types:
@@ -107,6 +112,8 @@ class ModelConfig:
             raise ConfigError(f"ModelConfig.chunk_size must be a power of two, got {self.chunk_size}")
         if self.moe_impl not in ("auto", "block", "ragged"):
             raise ConfigError(f"ModelConfig.moe_impl must be 'auto', 'block' or 'ragged', got {self.moe_impl!r}")
+        if self.layer_loop not in LAYER_LOOPS:
+            raise ConfigError(f"ModelConfig.layer_loop must be one of {LAYER_LOOPS}, got {self.layer_loop!r}")
         rot = self.rotary_dim
         if not 0.0 < self.partial_rotary_factor <= 1.0 or rot % 2 or rot == 0:
             raise ConfigError(
@@ -191,7 +198,7 @@ def from_hf_config(hf: dict[str, Any]) -> ModelConfig:
         raise _unsupported("hidden_act", text["hidden_act"], "Qwen3.5 MoE uses SiLU everywhere")
     if text.get("attention_bias", False):
         raise _unsupported("attention_bias", True, "Qwen3.5 attention has no biases")
-    names = {f.name for f in dataclasses.fields(ModelConfig)} - {"rope_theta", "partial_rotary_factor", "chunk_size", "moe_impl"}
+    names = {f.name for f in dataclasses.fields(ModelConfig)} - {"rope_theta", "partial_rotary_factor", *COMPUTE_FIELDS}
     kwargs = {k: text[k] for k in names if k in text and text[k] is not None}
     kwargs.update(_rope_fields(text))
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -204,7 +211,7 @@ def from_hf_config(hf: dict[str, Any]) -> ModelConfig:
 
 def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
     """The `qwen3_5_moe_text` config.json dict that transformers' Qwen3_5MoeForCausalLM loads."""
-    skip = {"rope_theta", "partial_rotary_factor", "chunk_size", "moe_impl", "full_attention_interval"}
+    skip = {"rope_theta", "partial_rotary_factor", "full_attention_interval", *COMPUTE_FIELDS}
     out: dict[str, Any] = {
         f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip
     }

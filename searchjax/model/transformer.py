@@ -4,8 +4,8 @@
     logits = RMSNorm(h; final_norm) @ unembedᵀ            (Mixer = Gated DeltaNet or gated attention)
 
 Layers run as one `lax.scan` over the layer list (`lax.switch` on each layer's type, its weights dynamically indexed
-from the per-type stacks); the three entry points differ only in the per-layer mixer functions they hand to
-`_run_layers`.
+from the per-type stacks) or as a Python loop (`cfg.layer_loop`); the three entry points differ only in the
+per-layer mixer functions they hand to `_run_layers`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ from searchjax.model.moe_dispatch import resolve_impl
 from searchjax.model.params import Params
 
 F32 = jnp.float32
-UNROLL_MAX_LAYERS = 16  # inference unrolls the layer loop up to this depth (compile time grows with the depth)
+UNROLL_MAX_LAYERS = 16  # layer_loop="auto" unrolls up to this depth (compile time grows with the depth)
+
+
+def unrolled(cfg: ModelConfig) -> bool:
+    """Whether the layers run as a Python loop (cfg.layer_loop "unroll", or "auto" with ≤ UNROLL_MAX_LAYERS)."""
+    return cfg.layer_loop == "unroll" or (cfg.layer_loop == "auto" and cfg.num_hidden_layers <= UNROLL_MAX_LAYERS)
 
 
 def _at(tree, j):
@@ -43,9 +48,11 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
     One `lax.scan` step per layer, `lax.switch` on its type; the step indexes that type's stacks with the layer's
     rank among its type. (One layer per step: XLA CPU runs several MoE blocks in one loop body ~3× slower.)
     in_place_experts=True (inference) reads the routed experts' weights straight from the stacks instead of
-    slicing the layer's [E, D, F] stacks out (a copy per layer on XLA CPU); see `moe_block`. With it, models of
-    at most UNROLL_MAX_LAYERS layers run as a Python loop with static layer indices: the scan's `lax.switch`
-    copied the whole stacked caches every step (decode on the small preset: 14 ms → see BENCHMARKS.md).
+    slicing the layer's [E, D, F] stacks out (a copy per layer on XLA CPU); see `moe_block`.
+    With `unrolled(cfg)` (by default: at most UNROLL_MAX_LAYERS layers) the layers run as a Python loop with static
+    layer indices instead of the scan. On CPU that is faster both ways: in decode the scan's `lax.switch` copied the
+    whole stacked caches every step (small preset: 14 ms), and the small preset's 4×512 forward+backward took
+    2.98 s with the scan, 2.18 s unrolled (BENCHMARKS.md). remat=True rematerialises each layer in both forms.
     Returns (x, RouterStats summed over layers, new caches).
     """
     kinds = [k for k in (LINEAR, FULL) if k in cfg.layer_types]
@@ -67,9 +74,10 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
         return layer
 
     carry = (x, RouterStats.zeros(cfg.num_experts), caches)
-    if in_place_experts and cfg.num_hidden_layers <= UNROLL_MAX_LAYERS:
+    if unrolled(cfg):
         for i, kind in enumerate(cfg.layer_types):  # static indices: no switch, caches updated in place
-            carry = run(kind)(*carry, cfg.layer_types[:i].count(kind))
+            layer = jax.checkpoint(run(kind), static_argnums=(3,)) if remat else run(kind)
+            carry = layer(*carry, cfg.layer_types[:i].count(kind))
         return carry
 
     def body(carry, xs):

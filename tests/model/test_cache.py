@@ -142,3 +142,24 @@ def test_remat_gradients_and_hidden_states(model):
     assert params.unembed.shape == (cfg.vocab_size, cfg.hidden_size)
     h = hidden_states(params, tokens, cfg)
     np.testing.assert_allclose(unembed(params, h), forward(params, tokens, cfg), rtol=1e-6, atol=1e-6)
+
+
+def test_scan_and_unrolled_layer_loops_agree(model):
+    """layer_loop "scan" and "unroll" compute the same logits, gradients (with and without remat) and cache."""
+    cfg, params = model
+    tokens = random_tokens(8, B, T, cfg.vocab_size)
+    scan, unroll = cfg.replace(layer_loop="scan"), cfg.replace(layer_loop="unroll")
+
+    def loss(p, c, remat):
+        return jnp.mean(jax.nn.logsumexp(forward(p, tokens, c, remat=remat), -1))
+
+    np.testing.assert_allclose(forward(params, tokens, scan), forward(params, tokens, unroll), atol=ATOL)
+    for remat in (False, True):
+        g_scan, g_unroll = (jax.grad(loss)(params, c, remat) for c in (scan, unroll))
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), g_scan, g_unroll)
+    outs = []
+    for c in (scan, unroll):
+        logits, cache = prefill(params, tokens, c, init_cache(c, B, S), jnp.full((B,), T))
+        step, cache = decode_step(params, tokens[:, 0], c, cache)
+        outs.append((logits, step, cache))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=ATOL), outs[0], outs[1])

@@ -58,6 +58,7 @@ def test_unknown_yaml_key_lists_valid_keys(tmp_path):
     (dict(hidden_size=0), "hidden_size must be > 0"),
     (dict(partial_rotary_factor=0.01), "rotary dim"),
     (dict(moe_impl="dense"), "moe_impl must be 'auto', 'block' or 'ragged'"),
+    (dict(layer_loop="fori"), "layer_loop must be one of"),
 ])
 def test_invalid_configs_are_rejected(change, match):
     with pytest.raises(ConfigError, match=match):
@@ -76,7 +77,7 @@ def test_hf_config_roundtrip(name):
     hf = to_hf_config(cfg)
     assert hf["model_type"] == "qwen3_5_moe_text" and hf["rope_parameters"]["rope_theta"] == cfg.rope_theta
     assert from_hf_config(hf) == cfg
-    assert "moe_impl" not in hf and "chunk_size" not in hf  # compute choices, not HF fields
+    assert not {"moe_impl", "chunk_size", "layer_loop"} & set(hf)  # compute choices, not HF fields
     nested = {"model_type": "qwen3_5_moe", "text_config": hf, "vision_config": {}}
     assert from_hf_config(nested) == cfg
 
