@@ -67,17 +67,34 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array, k_pos: ja
     """Causal GQA softmax attention: q [B,T,N,H], k/v [B,S,K,H]; key s is visible to query t iff k_pos ≤ q_pos.
 
     q_pos [B,T], k_pos [B,S] (a key slot that must never be seen gets k_pos = +large). Query head n uses kv head
-    n // (N/K) (HF repeat_kv). Scores and softmax in fp32, scale H^-0.5.
+    n // (N/K) (HF repeat_kv). Scores and softmax in fp32, scale H^-0.5. The G = N/K query heads of a kv head are
+    laid out as one [G·T, H] matrix per (batch, kv head) so both products are plain batched matmuls (on XLA CPU
+    ~5× faster than contracting the [B,T,K,G,H] layout directly).
     """
     b, t, n, h = q.shape
     kv = k.shape[2]
-    qg = q.reshape(b, t, kv, n // kv, h)
-    scores = jnp.einsum("BTKGH,BSKH->BKGTS", qg, k, preferred_element_type=F32) * (h ** -0.5)
-    mask = k_pos[:, None, None, None, :] <= q_pos[:, None, None, :, None]
+    g = n // kv
+    qg = jnp.transpose(q.reshape(b, t, kv, g, h), (0, 2, 3, 1, 4)).reshape(b, kv, g * t, h)
+    kt, vt = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)
+    scores = jnp.einsum("BKQH,BKSH->BKQS", qg, kt, preferred_element_type=F32) * (h ** -0.5)
+    mask = k_pos[:, None, None, :] <= jnp.tile(q_pos, (1, g))[:, None, :, None]
     scores = jnp.where(mask, scores, jnp.finfo(F32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v, preferred_element_type=F32).astype(v.dtype)
-    return out.reshape(b, t, n, h)
+    out = jnp.einsum("BKQS,BKSH->BKQH", probs, vt, preferred_element_type=F32).astype(v.dtype)
+    return jnp.transpose(out.reshape(b, kv, g, t, h), (0, 3, 1, 2, 4)).reshape(b, t, n, h)
+
+
+def causal_self_attend(q: jax.Array, k: jax.Array, v: jax.Array, pos: jax.Array, block: int = 128) -> jax.Array:
+    """`attend(q, k, v, pos, pos)` for a sequence attending to itself with positions increasing along T.
+
+    Queries go in blocks of `block`; block [i, i+b) attends to keys [0, i+b) only, since later keys have larger
+    positions and are masked anyway. That skips about half the score matrix (forward+backward of the small
+    preset's 4×512 attention: ~4× faster than one [T, T] block on CPU, BENCHMARKS.md).
+    """
+    t = q.shape[1]
+    outs = [attend(q[:, i:i + block], k[:, :i + block], v[:, :i + block], pos[:, i:i + block], pos[:, :i + block])
+            for i in range(0, t, block)]
+    return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
 
 
 def attention_out(p, attn: jax.Array, gate: jax.Array) -> jax.Array:
@@ -87,9 +104,9 @@ def attention_out(p, attn: jax.Array, gate: jax.Array) -> jax.Array:
 
 
 def gated_attention(p, x: jax.Array, pos: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """Gated full attention over the sequence itself (no cache): x [B,T,D], pos [B,T] -> [B,T,D]."""
+    """Gated full attention over the sequence itself (no cache): x [B,T,D], pos [B,T] increasing along T -> [B,T,D]."""
     q, k, v, gate = attention_qkv(p, x, pos, cfg)
-    return attention_out(p, attend(q, k, v, pos, pos), gate)
+    return attention_out(p, causal_self_attend(q, k, v, pos), gate)
 
 
 def gated_attention_cached(p, x, pos, valid, k_cache, v_cache, cfg: ModelConfig):
