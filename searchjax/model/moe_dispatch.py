@@ -246,11 +246,12 @@ def _block_rows(i, block_expert, row_assign, row_valid, w_flat, num_x: int):
 
 
 @jax.custom_vjp
-def _overflow_ffn(x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks):
-    """Σ over overflow rows of w·SwiGLU_e(x[token]) scattered into fp32 [N, D], one loop step per used block.
+def _blocks_ffn(x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks):
+    """Σ over the rows of expert-pure blocks of w·SwiGLU_e(x[token]), scattered into fp32 [N, D].
 
-    The trip count is `used_blocks` (dynamic), so the static bound nb of `_num_blocks` costs index arithmetic
-    only. Padding rows carry weight 0, so they add nothing.
+    Block i has rows row_assign[i·b : (i+1)·b] (assignments n·X + j) and expert block_expert[i]; one loop step
+    per block, for the first `used_blocks` blocks only (a dynamic trip count: the static bound of
+    `_num_blocks` costs index arithmetic only). Rows with row_valid False carry weight 0 and add nothing.
     """
     num_x = w_flat.shape[0] // x.shape[0]
 
@@ -263,12 +264,12 @@ def _overflow_ffn(x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row
     return jax.lax.fori_loop(0, used_blocks, step, jnp.zeros(x.shape, jnp.float32))
 
 
-def _overflow_fwd(x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks):
+def _blocks_fwd(x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks):
     args = (x, w_flat, w_gate, w_up, w_down, block_expert, row_assign, row_valid, used_blocks)
-    return _overflow_ffn(*args), args
+    return _blocks_ffn(*args), args
 
 
-def _overflow_bwd(res, dy):
+def _blocks_bwd(res, dy):
     """Per used block (h, u recomputed): g = dy Wᵈᵀ; dw = ⟨g, a⟩; da = w·g; dh = da ⊙ u ⊙ silu'(h);
     du = da ⊙ silu(h); dx += dh W_gᵀ + du W_uᵀ; dW_g[e] += xᵀ dh, dW_u[e] += xᵀ du, dW_d[e] += aᵀ (w·dy).
 
@@ -302,30 +303,31 @@ def _overflow_bwd(res, dy):
     return (*cast, None, None, None, None)
 
 
-_overflow_ffn.defvjp(_overflow_fwd, _overflow_bwd)
+_blocks_ffn.defvjp(_blocks_fwd, _blocks_bwd)
 
 
 def _block_ffn(x, top_w, flat_idx, w_gate, w_up, w_down, block: int, capacity: int, layer=None) -> jax.Array:
-    """Capacity part (batched matmuls) plus overflow blocks (dynamic loop); returns fp32 [N, D], combined.
+    """Capacity part plus overflow blocks (dynamic loop); returns fp32 [N, D], already combined.
 
-    With `layer`, the weights are stacks [L, E, ...]: the overflow blocks read expert layer·E + e of the
-    [L·E, ...] view (a free reshape) in place; the capacity part multiplies by the layer's [E, ...] slice.
+    With `layer`, the weights are stacks [L, E, ...] viewed as [L·E, ...] (a free reshape) and both parts run
+    as loops of expert-pure blocks reading expert layer·E + e in place (the capacity part as E blocks of C
+    rows): the layer's [E, ...] weights are never copied out of the stack, which measured faster than a
+    batched einsum on a dynamic slice of the stack (prefill), and decode has C = 0 anyway.
     """
     num_experts, num_x = w_gate.shape[-3], top_w.shape[1]
     lay = _layout(flat_idx, num_experts, num_x, capacity, block)
     w_flat = top_w.reshape(-1)
-    block_expert = lay.block_expert
-    weights = (w_gate, w_up, w_down)
-    if layer is not None:
-        block_expert = block_expert + layer * num_experts
-        weights = tuple(w.reshape(-1, *w.shape[2:]) for w in weights)
-    y = _overflow_ffn(x, w_flat, *weights, block_expert, lay.row_assign, lay.row_valid, lay.used_blocks)
-    if capacity > 0:
-        cap_w = (w_gate, w_up, w_down)
-        if layer is not None:
-            cap_w = tuple(jax.lax.dynamic_index_in_dim(w, layer, keepdims=False) for w in cap_w)
-        y = y + _capacity_ffn(x, w_flat, *cap_w, lay)
-    return y
+    if layer is None:
+        y = _blocks_ffn(x, w_flat, w_gate, w_up, w_down, lay.block_expert, lay.row_assign, lay.row_valid,
+                        lay.used_blocks)
+        return y + _capacity_ffn(x, w_flat, w_gate, w_up, w_down, lay) if capacity > 0 else y
+    offset = layer * num_experts
+    merged = tuple(w.reshape(-1, *w.shape[2:]) for w in (w_gate, w_up, w_down))
+    y = _blocks_ffn(x, w_flat, *merged, lay.block_expert + offset, lay.row_assign, lay.row_valid, lay.used_blocks)
+    if capacity == 0:
+        return y
+    experts = jnp.arange(num_experts, dtype=jnp.int32) + offset
+    return y + _blocks_ffn(x, w_flat, *merged, experts, lay.slot_assign, lay.slot_valid, jnp.int32(num_experts))
 
 
 def expert_ffn(
