@@ -9,6 +9,8 @@ how right-padding is made inert.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -111,26 +113,83 @@ def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
     S ← e^{γ_C} S + (K⊙e^{γ_C−γ})ᵀ v'. Returns (o [B,T,Nv,Dv] fp32, final state fp32).
     Each chunk is computed whole inside one loop step (batch·heads folded into one row axis), reading its slice of
     the inputs in place and writing its output slice in place: on CPU, keeping a chunk's intermediates in cache
-    beats precomputing them batched over all chunks, and transposing whole inputs into chunk-major order costs more
-    than the loop saves.
+    beats precomputing them batched over all chunks (those [chunks, rows, C, ·] buffers fall out of cache), and
+    transposing whole inputs into chunk-major order costs more than the loop saves. The gradient is
+    `_delta_rule_bwd`: a reverse loop over chunks that recomputes each chunk from its stored start state.
     """
     b, t, nv, dk = k.shape
     dv, pad = v.shape[-1], (-t) % chunk
     xs = tuple(x.astype(F32) for x in (q, k, v, g, beta))
     if pad:
         xs = tuple(jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) for x in xs)
+    o, state = _delta_rule(*xs, state.astype(F32).reshape(b * nv, dk, dv), chunk)
+    return o[:, :t], state.reshape(b, nv, dk, dv)
+
+
+def _rows(x, i, chunk):
+    """Chunk i of x [B,T,Nv,...] as rows [B·Nv, C, ...] (batch·heads folded)."""
+    x = jnp.swapaxes(jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk, 1), 1, 2)
+    return x.reshape((-1, chunk) + x.shape[3:])
+
+
+def _put_rows(buf, rows, i, chunk):
+    """Write rows [B·Nv, C, ...] as chunk i of buf [B,T,Nv,...] (in place inside a loop)."""
+    b, nv = buf.shape[0], buf.shape[2]
+    x = jnp.swapaxes(rows.reshape((b, nv, chunk) + rows.shape[2:]), 1, 2)
+    return jax.lax.dynamic_update_slice_in_dim(buf, x.astype(buf.dtype), i * chunk, 1)
+
+
+def _delta_rule_loop(xs, s0, chunk: int, keep_states: bool):
+    """Forward loop over chunks: (o [B,T,Nv,Dv], final s [R,Dk,Dv], start state of every chunk [N,R,Dk,Dv] or None).
+    T is a multiple of chunk."""
+    n = xs[0].shape[1] // chunk
+    o = jnp.zeros(xs[2].shape, F32)
+    states = jnp.zeros((n,) + s0.shape, F32) if keep_states else None
 
     def body(i, carry):
-        s, o = carry
-        rows = (jnp.swapaxes(jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk, 1), 1, 2)
-                .reshape((b * nv, chunk) + x.shape[3:]) for x in xs)  # [B·Nv, C, ...]
-        s, o_c = _chunk_step(s, *rows)
-        o_c = jnp.swapaxes(o_c.reshape(b, nv, chunk, dv), 1, 2)
-        return s, jax.lax.dynamic_update_slice_in_dim(o, o_c, i * chunk, 1)
+        s, o, states = carry
+        if keep_states:
+            states = jax.lax.dynamic_update_index_in_dim(states, s, i, 0)
+        s_next, o_c = _chunk_step(s, *(_rows(x, i, chunk) for x in xs))
+        return s_next, _put_rows(o, o_c, i, chunk), states
 
-    init = (state.astype(F32).reshape(b * nv, dk, dv), jnp.zeros((b, t + pad, nv, dv), F32))
-    state, o = jax.lax.fori_loop(0, (t + pad) // chunk, body, init)
-    return o[:, :t], state.reshape(b, nv, dk, dv)
+    s, o, states = jax.lax.fori_loop(0, n, body, (s0, o, states))
+    return o, s, states
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _delta_rule(q, k, v, g, beta, s0, chunk: int):
+    """The chunk loop on fp32 inputs whose length is a multiple of chunk; s0 [B·Nv,Dk,Dv]. Returns (o, final s)."""
+    o, s, _ = _delta_rule_loop((q, k, v, g, beta), s0, chunk, keep_states=False)
+    return o, s
+
+
+def _delta_rule_fwd(q, k, v, g, beta, s0, chunk: int):
+    xs = (q, k, v, g, beta)
+    o, s, states = _delta_rule_loop(xs, s0, chunk, keep_states=True)
+    return (o, s), (xs, states)
+
+
+def _delta_rule_bwd(chunk: int, res, cts):
+    """Reverse loop over chunks: chunk i is recomputed from its stored start state S_i and pulled back,
+    (dS_i, dq_i, dk_i, dv_i, dg_i, dβ_i) = vjp(_chunk_step at S_i)(dS_{i+1}, dO_i), starting from dS_N = the
+    final state's cotangent. Memory is one state per chunk, not every chunk's intermediates."""
+    xs, states = res
+    do, ds = cts
+
+    def body(j, carry):
+        i = states.shape[0] - 1 - j
+        ds, grads = carry
+        _, pull = jax.vjp(_chunk_step, states[i], *(_rows(x, i, chunk) for x in xs))
+        ds, *d_rows = pull((ds, _rows(do, i, chunk)))
+        return ds, tuple(_put_rows(d, r, i, chunk) for d, r in zip(grads, d_rows))
+
+    grads = tuple(jnp.zeros_like(x) for x in xs)
+    ds, grads = jax.lax.fori_loop(0, states.shape[0], body, (ds, grads))
+    return (*grads, ds)
+
+
+_delta_rule.defvjp(_delta_rule_fwd, _delta_rule_bwd)
 
 
 def recurrent_delta_step(q, k, v, g, beta, state):

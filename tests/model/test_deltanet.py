@@ -110,3 +110,49 @@ def test_unit_lower_inverse_matches_float64(similar, base):
     got = np.asarray(unit_lower_inverse(jnp.asarray(a, jnp.float32), base), np.float64)
     assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
     np.testing.assert_allclose(got @ (np.eye(c) + a), np.broadcast_to(np.eye(c), got.shape), atol=1e-4)
+
+
+@pytest.mark.parametrize("chunk", [8, 16, 32, 64])
+def test_chunk_sizes_match_recurrent_with_ragged_length_and_initial_state(chunk):
+    """T=45 is no multiple of any chunk size (the last chunk is padded); the initial state is nonzero."""
+    q, k, v, g, beta, s0 = inputs(11, b=2, t=45, nv=2, dk=8, dv=6)
+    o_c, s_c = chunked(q, k, v, g, beta, s0, chunk)
+    o_r, s_r = recurrent(q, k, v, g, beta, s0)
+    np.testing.assert_allclose(o_c, o_r, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s_c, s_r, rtol=1e-5, atol=1e-5)
+
+
+def _loss(rule):
+    """A loss that reaches every output: weighted outputs and the final state (fixed random weights)."""
+
+    def loss(q, k, v, g, beta, s0):
+        o, s = rule(q, k, v, g, beta, s0)
+        wo = jax.random.normal(jax.random.key(7), o.shape)
+        ws = jax.random.normal(jax.random.key(8), s.shape)
+        return jnp.sum(wo * o) + jnp.sum(ws * s)
+
+    return jax.jit(jax.grad(loss, argnums=tuple(range(6))))
+
+
+def test_chunked_gradient_equals_recurrent_gradient(chunk=8, t=21):
+    """The chunked rule's custom backward (reverse chunk loop) against autodiff through the token scan, for the
+    gradients of q, k, v, g, β and the initial state (three chunks, the last one padded)."""
+    xs = inputs(5, b=2, t=t, nv=2, dk=8, dv=6)
+    got = _loss(lambda *a: chunked(*a, chunk))(*xs)
+    want = _loss(recurrent)(*xs)
+    for name, a, b in zip(("q", "k", "v", "g", "beta", "state"), got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_bf16_inputs_follow_fp32_and_gradients_keep_input_dtypes():
+    """bf16 inputs are computed in fp32 (the result equals the fp32 rule on the rounded inputs) and their
+    gradients come back in bf16."""
+    xs = inputs(6, b=1, t=24, nv=2, dk=8, dv=6)
+    low = tuple(x.astype(jnp.bfloat16) for x in xs[:5]) + (xs[5],)
+    o_b, s_b = chunked(*low, 8)
+    o_f, s_f = recurrent(*(x.astype(jnp.float32) for x in low))
+    assert o_b.dtype == s_b.dtype == jnp.float32
+    np.testing.assert_allclose(o_b, o_f, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s_b, s_f, rtol=1e-5, atol=1e-5)
+    grads = jax.grad(lambda *a: jnp.sum(chunked_delta_rule(*a, 8)[0] ** 2), argnums=tuple(range(6)))(*low)
+    assert [d.dtype for d in grads] == [x.dtype for x in low]
