@@ -119,8 +119,9 @@ def _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x: int) -> jax.Array:
 def _num_blocks(num_rows: int, num_experts: int, capacity: int, block: int) -> int:
     """Static bound on the overflow blocks Σ_e ⌈o_e / b⌉, o_e = max(c_e − C, 0), over all routings.
 
-    With k overflowing experts, Σ_e o_e ≤ M − k·C (each holds C + o_e of the M rows) and k ≤ min(E, ⌊M/(C+1)⌋),
-    so Σ_e ⌈o_e/b⌉ ≤ (M + k·(b − 1 − C)) / b, linear in k: its maximum is at k = 1 or at the largest k.
+    With k overflowing experts, Σ_e o_e ≤ M − k·C (each holds C + o_e of the M rows) and
+    k ≤ min(E, ⌊M/(C+1)⌋), so Σ_e ⌈o_e/b⌉ ≤ (M + k·(b − 1 − C)) / b, linear in k: its maximum is at k = 1
+    or at the largest k.
     C = 0 gives the pure block scheme's ⌊(M + min(E, M)·(b − 1)) / b⌋.
     """
     k_max = min(num_experts, num_rows // (capacity + 1))

@@ -4,8 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from searchjax.model.moe_dispatch import default_block_size, expert_ffn
+from searchjax.model import moe_dispatch
+from searchjax.model.moe_dispatch import default_block_size, default_capacity, expert_ffn
 
 IMPLS = ("ragged", "block")
 
@@ -158,3 +161,119 @@ def test_config_moe_impl_resolves_and_both_give_the_same_model_output():
     block = forward(params, tokens, cfg.replace(moe_impl="block"))
     ragged = forward(params, tokens, cfg.replace(moe_impl="ragged"))
     np.testing.assert_allclose(np.asarray(block), np.asarray(ragged), rtol=1e-5, atol=1e-5)
+
+
+# --- "block": capacity slots + overflow blocks -------------------------------------------------------------------
+
+def _routing(kind, seed, n, e, x_per_tok):
+    """Expert ids [n, X] (distinct per token): balanced (uniform), skewed (Zipf-like) or all_to_one (expert 3 first)."""
+    rng = np.random.default_rng(seed)
+    if kind == "balanced":
+        p = np.full(e, 1.0 / e)
+    elif kind == "skewed":
+        p = 1.0 / np.arange(1, e + 1) ** 1.5
+        p = p / p.sum()
+    else:
+        idx = np.stack([np.concatenate([[3], rng.choice(np.delete(np.arange(e), 3), x_per_tok - 1, replace=False)])
+                        for _ in range(n)])
+        return idx.astype(np.int32)
+    return np.stack([rng.choice(e, x_per_tok, replace=False, p=p) for _ in range(n)]).astype(np.int32)
+
+
+def _split(kind, seed, n=96, e=8, x_per_tok=2, **kw):
+    """Inputs whose routing puts rows both in the capacity slots and in overflow blocks (checked)."""
+    args = list(_inputs(seed, n, e, x_per_tok, **kw))
+    args[1] = _routing(kind, seed, n, e, x_per_tok)
+    m = n * x_per_tok
+    capacity, block = default_capacity(m, e), 4
+    lay = moe_dispatch._layout(jnp.asarray(args[1]).reshape(-1), e, x_per_tok, capacity, block)
+    assert capacity > 0 and int(lay.used_blocks) > 0 and bool(jnp.any(lay.in_cap)), (capacity, lay.used_blocks)
+    return args, capacity, block
+
+
+ROUTINGS = ("balanced", "skewed", "all_to_one")
+
+
+@pytest.mark.parametrize("kind", ROUTINGS)
+def test_capacity_and_overflow_match_numpy_reference(kind):
+    run = jax.jit(lambda *a, cap, b: expert_ffn(*a, impl="block", block_size=b, capacity=cap),
+                  static_argnames=("cap", "b"))
+    for seed in range(2):
+        args, capacity, block = _split(kind, seed)
+        want = _numpy_reference(*args)
+        np.testing.assert_allclose(np.asarray(run(*args, cap=capacity, b=block)), want, rtol=1e-5, atol=1e-5)
+    for cap in (0, 200):  # pure blocks; capacity above every group (no overflow)
+        np.testing.assert_allclose(np.asarray(run(*args, cap=cap, b=3)), want, rtol=1e-5, atol=1e-5, err_msg=cap)
+
+
+@pytest.mark.parametrize("kind", ROUTINGS)
+def test_capacity_and_overflow_gradients_match_dense_reference(kind):
+    args, capacity, block = _split(kind, 11)
+    x, idx, w, wg, wu, wd = args
+    cot = np.random.default_rng(12).normal(size=x.shape).astype(np.float32)
+
+    def loss(fn):
+        return lambda x, w, wg, wu, wd: jnp.sum(fn(x, idx, w, wg, wu, wd) * cot)
+
+    ours_fn = lambda *a: expert_ffn(*a, impl="block", block_size=block, capacity=capacity)
+    ours = jax.jit(jax.grad(loss(ours_fn), argnums=(0, 1, 2, 3, 4)))(x, w, wg, wu, wd)
+    ref = jax.grad(loss(_dense_jax_reference), argnums=(0, 1, 2, 3, 4))(x, w, wg, wu, wd)
+    for name, g, r in zip(("x", "top_w", "w_gate", "w_up", "w_down"), ours, ref):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_capacity_and_overflow_in_bfloat16():
+    args, capacity, block = _split("skewed", 13, d=64, f=32)
+    bf = [a if a.dtype == np.int32 else jnp.asarray(a, jnp.bfloat16) for a in args]
+    got = jax.jit(lambda *a: expert_ffn(*a, impl="block", block_size=block, capacity=capacity))(*bf)
+    assert got.dtype == jnp.bfloat16
+    ref = _numpy_reference(*[np.asarray(jnp.asarray(a, jnp.float32)) if a.dtype != np.int32 else a for a in bf])
+    np.testing.assert_allclose(np.asarray(got, np.float32), ref, rtol=2e-2, atol=2e-2)
+    ours = lambda x, g: expert_ffn(x, bf[1], bf[2], g, *bf[4:], impl="block", block_size=block, capacity=capacity)
+    grads = jax.jit(jax.grad(lambda x, g: jnp.sum(ours(x, g).astype(jnp.float32)), argnums=(0, 1)))(bf[0], bf[3])
+    assert [g.dtype for g in grads] == [jnp.bfloat16, jnp.bfloat16]
+    ref_g = jax.grad(lambda x, g: jnp.sum(_dense_jax_reference(x, args[1], args[2], g, *args[4:])), argnums=(0, 1))(
+        *[jnp.asarray(jnp.asarray(a, jnp.bfloat16), jnp.float32) for a in (args[0], args[3])])
+    for g, r in zip(grads, ref_g):
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(r), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("kind", ("skewed", "all_to_one"))
+def test_capacity_and_overflow_with_layer_index(kind):
+    """layer= (in-place loops over both parts) equals the reference on that layer's weights, values and grads."""
+    layers = [_split(kind, seed)[0] for seed in (21, 22)]
+    (x, idx, w, *_), (_, capacity, block) = layers[0], _split(kind, 21)
+    stacks = [np.stack([a[i] for a in layers]) for i in (3, 4, 5)]
+    run = lambda l, *ws: expert_ffn(x, idx, w, *ws, impl="block", layer=l, block_size=block, capacity=capacity)
+    for l in range(2):
+        np.testing.assert_allclose(np.asarray(jax.jit(run)(jnp.int32(l), *stacks)),
+                                   _numpy_reference(x, idx, w, *layers[l][3:]), rtol=1e-5, atol=1e-5)
+    grads = jax.grad(lambda *ws: jnp.sum(run(jnp.int32(1), *ws) ** 2), argnums=(0, 1, 2))(*stacks)
+    ref = jax.grad(lambda *ws: jnp.sum(_dense_jax_reference(x, idx, w, *ws) ** 2), argnums=(0, 1, 2))(*layers[1][3:])
+    for g, r in zip(grads, ref):
+        np.testing.assert_allclose(np.asarray(g[1]), np.asarray(r), rtol=1e-4, atol=1e-5)
+        assert not np.any(np.asarray(g[0]))  # the other layer's weights get no gradient
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=12), st.integers(0, 24), st.integers(1, 9))
+def test_overflow_block_bound_covers_every_routing(sizes, capacity, block):
+    """Σ_e ⌈max(c_e − C, 0)/b⌉ never exceeds the static count of overflow blocks."""
+    m = sum(sizes)
+    need = sum(-(-max(c - capacity, 0) // block) for c in sizes)
+    assert need <= moe_dispatch._num_blocks(max(m, 1), len(sizes), capacity, block)
+
+
+def test_block_compute_grows_with_assignments_not_experts():
+    """Compiled FLOPs of the capacity path at E = 64 match E = 8 for the same N·X (a dense path would be 8×)."""
+    n, x_per_tok, d, f = 256, 4, 32, 16
+
+    def flops(e):
+        s = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+        fn = jax.jit(lambda *a: expert_ffn(*a, impl="block"))
+        cost = fn.lower(s(n, d), jax.ShapeDtypeStruct((n, x_per_tok), jnp.int32), s(n, x_per_tok), s(e, d, f),
+                        s(e, d, f), s(e, f, d)).compile().cost_analysis()
+        return (cost[0] if isinstance(cost, list) else cost)["flops"]
+
+    assert default_capacity(n * x_per_tok, 64) > 0
+    assert flops(64) < 1.2 * flops(8)
