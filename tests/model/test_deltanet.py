@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchjax.model.deltanet import (causal_conv, chunked_delta_rule, l2norm, recurrent_delta_step,
+from searchjax.model.deltanet import (_inverse, causal_conv, chunked_delta_rule, l2norm, recurrent_delta_step,
                                       unit_lower_inverse)
 
 
@@ -156,3 +156,13 @@ def test_bf16_inputs_follow_fp32_and_gradients_keep_input_dtypes():
     np.testing.assert_allclose(s_b, s_f, rtol=1e-5, atol=1e-5)
     grads = jax.grad(lambda *a: jnp.sum(chunked_delta_rule(*a, 8)[0] ** 2), argnums=tuple(range(6)))(*low)
     assert [d.dtype for d in grads] == [x.dtype for x in low]
+
+
+def test_inverse_closed_form_gradient_equals_autodiff():
+    """_inverse's custom gradient tril(−Lᵀ L̄ Lᵀ, −1) equals autodiff through unit_lower_inverse's doubling levels
+    (C=32: 8×8 Neumann blocks and two doubling levels)."""
+    a = 0.3 * jax.random.normal(jax.random.key(0), (3, 32, 32))
+    w = jax.random.normal(jax.random.key(1), (3, 32, 32))
+    got = jax.grad(lambda a: jnp.sum(w * _inverse(a)))(a)
+    want = jax.grad(lambda a: jnp.sum(w * unit_lower_inverse(a)))(a)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
