@@ -122,12 +122,14 @@ def test_bfloat16_accumulates_in_float32(impl):
     np.testing.assert_allclose(np.asarray(got, np.float32), ref, rtol=2e-2, atol=2e-2)
 
 
-def test_default_block_size_tracks_mean_group():
-    assert default_block_size(8, 256) == 1
-    assert default_block_size(8192, 8) == 256
-    assert default_block_size(8192, 64) == 32
-    assert default_block_size(8192, 256) == 8
-    assert default_block_size(100, 4) == 4
+def test_default_block_size_and_capacity_track_mean_group():
+    """b: 1 when there is no capacity (mean group < 8), else the power of two at or above √(mean group)."""
+    assert default_block_size(8, 256) == 1 and default_capacity(8, 256) == 0
+    assert default_block_size(64, 64) == 1 and default_capacity(64, 64) == 0  # decode: 16 tokens, top-4 of 64
+    assert default_block_size(8192, 8) == 32 and default_capacity(8192, 8) == 1024
+    assert default_block_size(8192, 64) == 16 and default_capacity(8192, 64) == 128
+    assert default_block_size(8192, 256) == 8 and default_capacity(8192, 256) == 32
+    assert default_block_size(100, 4) == 8 and default_capacity(100, 4) == 24
 
 
 @pytest.mark.parametrize(
