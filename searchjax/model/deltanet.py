@@ -216,13 +216,15 @@ _delta_rule.defvjp(_delta_rule_fwd, _delta_rule_bwd)
 def recurrent_delta_step(q, k, v, g, beta, state):
     """One token of the gated delta rule (§3.4), fp32: q, k [B,Nv,Dk], v [B,Nv,Dv], g/beta [B,Nv], S [B,Nv,Dk,Dv].
 
-    S ← e^g S;  S ← S + k ⊗ β(v − Sᵀk);  o = Sᵀq.   Returns (o [B,Nv,Dv], S).
+    S' = e^g S + k ⊗ δ with δ = β(v − e^g Sᵀk), and o = S'ᵀq = e^g Sᵀq + (k·q) δ: the products Sᵀk and Sᵀq come
+    from one read of the old state and S' is written in one pass (the step is memory-bound). Returns (o, S').
     """
     q, k, v, g, beta = (x.astype(F32) for x in (q, k, v, g, beta))
-    s = state * jnp.exp(g)[..., None, None]
-    delta = (v - jnp.einsum("bnkv,bnk->bnv", s, k)) * beta[..., None]
-    s = s + k[..., :, None] * delta[..., None, :]
-    return jnp.einsum("bnkv,bnk->bnv", s, q), s
+    a = jnp.exp(g)[..., None]
+    sk, sq = jnp.einsum("bnkv,bnjk->jbnv", state, jnp.stack([k, q], 2))
+    delta = (v - a * sk) * beta[..., None]
+    o = a * sq + jnp.sum(k * q, -1, keepdims=True) * delta
+    return o, state * a[..., None] + k[..., :, None] * delta[..., None, :]
 
 
 def _projections(p, x, cfg: ModelConfig):
