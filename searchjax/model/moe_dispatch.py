@@ -59,16 +59,25 @@ def default_capacity(num_rows: int, num_experts: int) -> int:
 
 
 def default_block_size(num_rows: int, num_experts: int) -> int:
-    """Overflow block size b of the "block" scheme: 1 when C = 0 (mean group M/E < 8, e.g. decode: groups of
-    about one row), else the power of two at or above √(M/E), in [1, 256].
+    """Block size b of the pure block scheme (C = 0, or a skewed routing): a power of two near a quarter of
+    the mean group M/E, in [1, 256] (1 for decode).
 
-    The overflow of an expert is the excess of its group over the mean, about √(M/E) rows for a balanced
-    router (Poisson-like counts), so b ≈ √(M/E) pads little while keeping the loop short (measured on CPU,
-    2048 tokens top-4 of 64 experts: b = 16; of 8 experts: b = 16-32).
+    Padding wastes about E·b/2 rows, i.e. ~1/8 of M at b = M/(4E), while large blocks keep each matmul
+    efficient when groups are big (measured on CPU: 2048 tokens top-4 of 64 experts, b = 32 is fastest; of 8
+    experts, b = 256).
     """
-    mean = num_rows // max(1, num_experts)
-    if mean < 8:
-        return 1
+    quarter = max(1, num_rows // (4 * max(1, num_experts)))
+    return int(min(256, 1 << (quarter.bit_length() - 1)))
+
+
+def overflow_block_size(num_rows: int, num_experts: int) -> int:
+    """Overflow block size of the capacity scheme: the power of two at or above √(M/E), in [1, 256].
+
+    An expert's overflow is the excess of its group over the mean, about √(M/E) rows for a balanced router
+    (Poisson-like counts), so b ≈ √(M/E) pads little while keeping the loop short (measured on CPU, 2048
+    tokens top-4 of 64 experts: b = 16; of 8 experts: b = 16 to 32).
+    """
+    mean = max(1, num_rows // max(1, num_experts))
     return int(min(256, 1 << (math.isqrt(mean - 1)).bit_length()))
 
 
@@ -311,28 +320,44 @@ def _blocks_bwd(res, dy):
 _blocks_ffn.defvjp(_blocks_fwd, _blocks_bwd)
 
 
-def _block_ffn(x, top_w, flat_idx, w_gate, w_up, w_down, block: int, capacity: int, layer=None) -> jax.Array:
-    """Capacity part plus overflow blocks (dynamic loop); returns fp32 [N, D], already combined.
+def _grouped_ffn(x, top_w, flat_idx, weights, block: int, capacity: int, layer=None) -> jax.Array:
+    """Capacity part (if C > 0) plus blocks of b rows (dynamic loop); returns fp32 [N, D], already combined.
 
     With `layer`, the weights are stacks [L, E, ...] viewed as [L·E, ...] (a free reshape) and both parts run
     as loops of expert-pure blocks reading expert layer·E + e in place (the capacity part as E blocks of C
     rows): the layer's [E, ...] weights are never copied out of the stack, which measured faster than a
     batched einsum on a dynamic slice of the stack (prefill), and decode has C = 0 anyway.
     """
-    num_experts, num_x = w_gate.shape[-3], top_w.shape[1]
+    num_experts, num_x = weights[0].shape[-3], top_w.shape[1]
     lay = _layout(flat_idx, num_experts, num_x, capacity, block)
     w_flat = top_w.reshape(-1)
     if layer is None:
-        y = _blocks_ffn(x, w_flat, w_gate, w_up, w_down, lay.block_expert, lay.row_assign, lay.row_valid,
-                        lay.used_blocks)
-        return y + _capacity_ffn(x, w_flat, w_gate, w_up, w_down, lay) if capacity > 0 else y
+        y = _blocks_ffn(x, w_flat, *weights, lay.block_expert, lay.row_assign, lay.row_valid, lay.used_blocks)
+        return y + _capacity_ffn(x, w_flat, *weights, lay) if capacity > 0 else y
     offset = layer * num_experts
-    merged = tuple(w.reshape(-1, *w.shape[2:]) for w in (w_gate, w_up, w_down))
+    merged = tuple(w.reshape(-1, *w.shape[2:]) for w in weights)
     y = _blocks_ffn(x, w_flat, *merged, lay.block_expert + offset, lay.row_assign, lay.row_valid, lay.used_blocks)
     if capacity == 0:
         return y
     experts = jnp.arange(num_experts, dtype=jnp.int32) + offset
     return y + _blocks_ffn(x, w_flat, *merged, experts, lay.slot_assign, lay.slot_valid, jnp.int32(num_experts))
+
+
+def _block_ffn(x, top_w, flat_idx, weights, blocks, capacity: int, max_overflow: float, layer=None) -> jax.Array:
+    """The capacity scheme while its overflow O = Σ_e max(c_e − C, 0) is at most max_overflow·M, else the pure
+    block scheme.
+
+    A skewed routing leaves many capacity slots empty *and* sends many rows to the overflow loop (together
+    up to ~2M rows); the pure block scheme then costs less (M rows plus padding). `lax.cond` runs one of the
+    two (both compiled), so the cost is min(both) up to the index arithmetic. blocks = (overflow b, pure b).
+    """
+    if capacity == 0:
+        return _grouped_ffn(x, top_w, flat_idx, weights, blocks[1], 0, layer)
+    sizes = jnp.bincount(flat_idx, length=weights[0].shape[-3])
+    overflow = jnp.sum(jnp.maximum(sizes - capacity, 0))
+    return jax.lax.cond(overflow <= max_overflow * flat_idx.shape[0],
+                        lambda: _grouped_ffn(x, top_w, flat_idx, weights, blocks[0], capacity, layer),
+                        lambda: _grouped_ffn(x, top_w, flat_idx, weights, blocks[1], 0, layer))
 
 
 def expert_ffn(
@@ -347,6 +372,7 @@ def expert_ffn(
     block_size: int | None = None,
     layer: jax.Array | int | None = None,
     capacity: int | None = None,
+    max_overflow: float = 0.25,
 ) -> jax.Array:
     """Σ_j top_w[n,j] · SwiGLU_e(x[n]) with e = top_idx[n,j], dropless and sparse (see module docstring).
 
@@ -354,10 +380,13 @@ def expert_ffn(
       x: [N, D] tokens. top_idx: [N, X] int expert ids in [0, E). top_w: [N, X] routing weights.
       w_gate, w_up: [E, D, F]. w_down: [E, F, D].
       impl: "ragged" or "block"; None picks per backend (`default_impl`).
-      block_size: overflow block size b for "block" (None: `default_block_size`).
+      block_size: block size b for "block", of the overflow blocks and of the pure block scheme (None:
+        `overflow_block_size` and `default_block_size`).
       layer: if given, w_gate/w_up/w_down are per-layer stacks [L, E, ...] and layer (a traced or static
         index) selects one (see `_block_ffn`).
-      capacity: capacity C per expert for "block" (None: `default_capacity`; 0: overflow blocks only).
+      capacity: capacity C per expert for "block" (None: `default_capacity`; 0: pure block scheme).
+      max_overflow: "block" runs the pure block scheme instead when more than this fraction of the N·X rows
+        overflow the capacity (a skewed routing; see `_block_ffn`). 1.0: never.
     Returns:
       [N, D] in x.dtype (matmuls and the weighted sum accumulate in fp32).
     """
@@ -375,8 +404,11 @@ def expert_ffn(
                                     for w in (w_gate, w_up, w_down))
         y = _ragged_ffn(x, flat_idx, w_gate, w_up, w_down, num_x).reshape(n, num_x, d)
         return jnp.einsum("NXD,NX->ND", y, top_w.astype(jnp.float32)).astype(x.dtype)
-    cap = default_capacity(n * num_x, num_experts) if capacity is None else capacity
-    block = block_size or default_block_size(n * num_x, num_experts)
-    if block < 1 or cap < 0:
+    m = n * num_x
+    cap = default_capacity(m, num_experts) if capacity is None else capacity
+    blocks = (block_size or overflow_block_size(m, num_experts), block_size or default_block_size(m, num_experts))
+    if min(blocks) < 1 or cap < 0:
         raise ValueError(f"expert_ffn: block_size must be >= 1 and capacity >= 0, got {block_size}, {capacity}")
-    return _block_ffn(x, top_w, flat_idx, w_gate, w_up, w_down, int(block), int(cap), layer).astype(x.dtype)
+    weights = (w_gate, w_up, w_down)
+    out = _block_ffn(x, top_w, flat_idx, weights, tuple(map(int, blocks)), int(cap), float(max_overflow), layer)
+    return out.astype(x.dtype)
