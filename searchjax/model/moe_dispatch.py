@@ -21,10 +21,12 @@ and a *grouped* matmul multiplies each group by its own expert's weights:
     scatter-adds w·y into the output; the backward adds each block's weight gradient into its expert's
     slice only. C = 0 (small M/E, e.g. decode) leaves the pure block scheme.
   Cost: the capacity part is E·C ≤ M slot rows of batched matmuls; the overflow part ⌈o_e/b⌉·b rows per
-  expert, o_e = max(c_e − C, 0), at per-block matmul speed (the backward recomputes h, u for them). Worst
-  case, all M rows to one expert: E·C ≤ M slot rows (all but C of them empty) plus ⌈(M − C)/b⌉ loop steps of
-  b rows, i.e. at most about twice a balanced routing's rows and the pure block scheme's speed. Forward and
-  backward are O(M·D·F) for every routing, independent of E.
+  expert, o_e = max(c_e − C, 0), at per-block matmul speed (the backward recomputes h, u for them). A skewed
+  routing both empties slots and overflows rows (up to E·C + M ≈ 2M rows when all rows pick one expert), so
+  when the overflow O = Σ_e o_e exceeds max_overflow·M (default M/4) a `lax.cond` runs the pure block scheme
+  (C = 0: M rows plus at most min(E, M)·(b − 1) padding rows, one loop step per filled block) instead.
+  Worst case (all M rows to one expert): the pure block scheme, ⌈M/b⌉ loop steps of b rows, plus the
+  index arithmetic of the switch. Forward and backward are O(M·D·F) for every routing, independent of E.
 
 Both are plain gathers and matmuls, hence differentiable (training) and jit-able; matmuls accumulate in fp32.
 """
