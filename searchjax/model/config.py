@@ -26,7 +26,8 @@ class ModelConfig:
 
     `layer_types` may be left empty: it is then built from `full_attention_interval` exactly as HF does
     (layer i is full attention iff (i+1) % interval == 0). `chunk_size` is the Gated DeltaNet chunk length of the
-    chunked (prefill/training) algorithm; it is not an HF field and does not change results. `moe_impl` picks the
+    chunked (prefill/training) algorithm; it is not an HF field and does not change results (16 is the fastest on CPU,
+    BENCHMARKS.md; HF's kernels use 64). `moe_impl` picks the
     routed-expert grouped matmul (`searchjax.model.moe_dispatch`): "auto" follows `jax.default_backend()`
     ("block" on CPU, "ragged" elsewhere); set it explicitly when compiling for another platform than the host's
     (tools/aot_tpu.py compiles for TPU on a CPU machine). Not an HF field either; results are the same.
@@ -60,7 +61,7 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
-    chunk_size: int = 64
+    chunk_size: int = 16
     moe_impl: str = "auto"
     layer_loop: str = "auto"
 
