@@ -63,7 +63,7 @@ def moe_block(p, x: jax.Array, valid: jax.Array, cfg: ModelConfig, experts=None)
     """Sparse MoE on x [B,T,D]; `valid` [B,T] masks rows out of the router statistics only. Returns (y, stats).
 
     experts = (w_gate, w_up, w_down, layer) with per-layer stacks [L, E, ...] replaces p.w_gate/w_up/w_down by
-    the stacks' layer `layer`, read in place (`expert_ffn(..., layer=)`; inference: no custom VJP).
+    the stacks' layer `layer`, read in place (`expert_ffn(..., layer=)`; used by prefill and decode).
     """
     b, t, d = x.shape
     xs = x.reshape(b * t, d)
