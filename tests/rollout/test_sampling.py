@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from searchjax.rollout.sampling import Sampling, SamplingArrays, sample, sampling_logprobs, token_logprobs
@@ -42,6 +42,7 @@ class TestSamplingLogprobs(chex.TestCase):
     top_p=st.floats(0.05, 1.0),
     top_k=st.integers(0, V + 4),
 )
+@example(seed=0, temperature=0.5, top_p=1.0, top_k=0)  # float32 rounding of 1 − tail to 1.0 (found by hypothesis)
 def test_truncated_distribution_properties(seed, temperature, top_p, top_k):
     logits = _logits(seed, rows=2)
     params = SamplingArrays.of([Sampling(temperature, top_p, top_k)] * 2)
@@ -57,11 +58,14 @@ def test_truncated_distribution_properties(seed, temperature, top_p, top_k):
         assert kept[row][order[:n]].all() and not kept[row][order[n:]].any()
         if top_k:
             assert n <= top_k
-        # Top-p minimality: without its last token the kept set's mass (within top-k) is below p.
+        # Top-p minimality: without its last token the kept set's mass (within top-k) is below p. The reference
+        # masses are float64 (in float32 a tail of ~1e-11 rounds 1 − tail to 1.0 = top_p); 1e-6 allows for the
+        # float32 cumulative sum of the implementation at the boundary.
         k = min(top_k, V) if top_k else V
-        p = np.exp(z[row][order[:k]] - z[row][order[:k]].max())
+        zk = z[row][order[:k]].astype(np.float64)
+        p = np.exp(zk - zk.max())
         p /= p.sum()
-        assert n == 1 or p[: n - 1].sum() < top_p
+        assert n == 1 or p[: n - 1].sum() < top_p + 1e-6
         assert p[:n].sum() >= top_p - 1e-5 or n == k
 
 
