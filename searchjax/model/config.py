@@ -26,11 +26,11 @@ class ModelConfig:
 
     `layer_types` may be left empty: it is then built from `full_attention_interval` exactly as HF does
     (layer i is full attention iff (i+1) % interval == 0). `chunk_size` is the Gated DeltaNet chunk length of the
-    chunked (prefill/training) algorithm; it is not an HF field and does not change results (16 is the fastest on CPU,
-    BENCHMARKS.md; HF's kernels use 64). `moe_impl` picks the
-    routed-expert grouped matmul (`searchjax.model.moe_dispatch`): "auto" follows `jax.default_backend()`
-    ("block" on CPU, "ragged" elsewhere); set it explicitly when compiling for another platform than the host's
-    (tools/aot_tpu.py compiles for TPU on a CPU machine). Not an HF field either; results are the same.
+    chunked (prefill/training) algorithm; it is not an HF field and does not change results (16 is the fastest on
+    CPU, BENCHMARKS.md; HF's kernels use 64). `moe_impl` picks the routed-expert grouped matmul
+    (`searchjax.model.moe_dispatch`): "auto" follows `jax.default_backend()` ("block" on CPU, "ragged" elsewhere);
+    set it explicitly when compiling for another platform than the host's (tools/aot_tpu.py compiles for TPU on a
+    CPU machine). Not an HF field either; results are the same.
     `layer_loop` runs the decoder layers as one `lax.scan` ("scan": compile time independent of depth) or as a
     Python loop ("unroll": faster on CPU, see `transformer._run_layers`); "auto" unrolls up to 16 layers.
     """

@@ -89,7 +89,7 @@ def causal_self_attend(q: jax.Array, k: jax.Array, v: jax.Array, pos: jax.Array,
 
     Queries go in blocks of `block`; block [i, i+b) attends to keys [0, i+b) only, since later keys have larger
     positions and are masked anyway. That skips about half the score matrix (forward+backward of the small
-    preset's 4×512 attention: ~4× faster than one [T, T] block on CPU, BENCHMARKS.md).
+    preset's 4×512 attention on CPU: 35.5 ms against 79.5 ms for one [T, T] block, measured in one process).
     """
     t = q.shape[1]
     outs = [attend(q[:, i:i + block], k[:, :i + block], v[:, :i + block], pos[:, i:i + block], pos[:, :i + block])

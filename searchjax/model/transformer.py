@@ -57,8 +57,7 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
     """
     kinds = [k for k in (LINEAR, FULL) if k in cfg.layer_types]
     stacks = {LINEAR: (params.linear, 0), FULL: (params.full, 1)}
-    branch = jnp.array([kinds.index(t) for t in cfg.layer_types], jnp.int32)
-    rank = jnp.array([cfg.layer_types[:i].count(t) for i, t in enumerate(cfg.layer_types)], jnp.int32)
+    ranks = [cfg.layer_types[:i].count(t) for i, t in enumerate(cfg.layer_types)]  # index within the type's stack
 
     def run(kind):
         def layer(x, stats, caches, j):
@@ -75,9 +74,9 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
 
     carry = (x, RouterStats.zeros(cfg.num_experts), caches)
     if unrolled(cfg):
-        for i, kind in enumerate(cfg.layer_types):  # static indices: no switch, caches updated in place
+        for kind, j in zip(cfg.layer_types, ranks):  # static indices: no switch, caches updated in place
             layer = jax.checkpoint(run(kind), static_argnums=(3,)) if remat else run(kind)
-            carry = layer(*carry, cfg.layer_types[:i].count(kind))
+            carry = layer(*carry, j)
         return carry
 
     def body(carry, xs):
@@ -85,7 +84,8 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
         return jax.lax.switch(kind, [run(k) for k in kinds], *carry, j), None
 
     body = jax.checkpoint(body) if remat else body
-    (x, stats, caches), _ = jax.lax.scan(body, carry, (branch, rank))
+    branch = jnp.array([kinds.index(t) for t in cfg.layer_types], jnp.int32)
+    (x, stats, caches), _ = jax.lax.scan(body, carry, (branch, jnp.array(ranks, jnp.int32)))
     return x, stats, caches
 
 
