@@ -4,6 +4,11 @@ JetStream 0.2.2's `server_lib.run` always binds every interface ("[::]"). We run
 `orchestrator.Driver` (interleaved mode: one engine does prefill and generate with one params tree) and its
 `LLMOrchestrator` servicer (the Decode and HealthCheck RPCs, text or token inputs), on a `grpc.aio` server
 bound to the host we are given.
+
+JetStream's driver threads kill the whole process when a prefill raises, so every Decode request is checked
+first (`request_problem`): an empty prompt, a prompt longer than the engine's prefill length, token ids outside
+the vocabulary, `max_tokens` < 1 or a `session_cache` (not supported) get an INVALID_ARGUMENT reply naming what
+is wrong, and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -16,6 +21,53 @@ import grpc
 
 from searchjax.rollout.engine import SearchJaxEngine
 from searchjax.rollout.jetstream_compat import jetstream_pb2, jetstream_pb2_grpc, orchestrator
+
+
+def request_problem(request: "jetstream_pb2.DecodeRequest", engine: SearchJaxEngine) -> str | None:
+    """What makes `request` unservable by `engine`, in one line; None when it can be served."""
+    if request.max_tokens < 1:
+        return f"max_tokens must be >= 1, got {request.max_tokens}"
+    if request.session_cache:
+        return "session_cache is not supported by this server; send the whole prompt"
+    which = request.WhichOneof("content")
+    if which is None:
+        return "the request has no prompt: set text_content or token_content"
+    vocab = engine.tokenizer.vocab_size
+    if which == "text_content":
+        if not request.text_content.text:
+            return "text_content.text is empty"
+        n = len(engine.tokenizer.encode(request.text_content.text))
+    else:
+        ids = request.token_content.token_ids
+        if not ids:
+            return "token_content.token_ids is empty"
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            return f"token_content.token_ids: {len(bad)} ids outside the vocabulary [0, {vocab}), e.g. {bad[0]}"
+        n = len(ids)
+    # JetStream prepends <|endoftext|> (its BOS) and prefills the prompt in one call of at most this length.
+    if 1 + n > engine.max_prefill_length:
+        return (f"the prompt has {n} tokens (+1 BOS); this server prefills at most {engine.max_prefill_length} "
+                "(its --max-prefill-length)")
+    return None
+
+
+class ValidatingOrchestrator(orchestrator.LLMOrchestrator):
+    """JetStream's servicer, answering INVALID_ARGUMENT to a request the engine cannot serve instead of handing
+    it to the driver threads (where the failure would end the process)."""
+
+    def __init__(self, driver: "orchestrator.Driver", engine: SearchJaxEngine):
+        super().__init__(driver)
+        self._engine = engine
+
+    async def Decode(self, request, context=None):  # noqa: N802 - gRPC's naming
+        problem = request_problem(request, self._engine)
+        if problem is not None:
+            if context is None:  # JetStream's offline (in-process) mode
+                raise ValueError(problem)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        async for response in super().Decode(request, context):
+            yield response
 
 
 def make_driver(engine: SearchJaxEngine, params=None) -> "orchestrator.Driver":
@@ -31,6 +83,8 @@ class RolloutServer:
     """The Decode gRPC service on `host:port` (port 0 picks a free one; `.port` is the bound port)."""
 
     def __init__(self, engine: SearchJaxEngine, host: str = "127.0.0.1", port: int = 0, threads: int | None = None):
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be in 0..65535 (0 picks a free one), got {port}")
         self.driver = make_driver(engine)
         self._executor = futures.ThreadPoolExecutor(max_workers=threads or max(engine.max_concurrent_decodes, 8))
         self._loop = asyncio.new_event_loop()
@@ -40,7 +94,7 @@ class RolloutServer:
 
         async def build():
             server = grpc.aio.server(self._executor)
-            jetstream_pb2_grpc.add_OrchestratorServicer_to_server(orchestrator.LLMOrchestrator(self.driver), server)
+            jetstream_pb2_grpc.add_OrchestratorServicer_to_server(ValidatingOrchestrator(self.driver, engine), server)
             bound = server.add_insecure_port(f"{host}:{port}")
             if bound == 0:
                 raise OSError(f"could not bind the gRPC server to {host}:{port}")

@@ -112,3 +112,34 @@ def test_engine_rejects_bad_sizes(cfg, params, tokenizer, bad, match):
     kwargs = dict(max_concurrent_decodes=2, max_prefill_length=64, max_len=256) | bad
     with pytest.raises(ValueError, match=match):
         SearchJaxEngine(cfg, params, tokenizer, **kwargs)
+
+
+def test_server_survives_bad_requests_and_serves_the_next_good_one(engine, params, tokenizer):
+    """Each unservable request gets INVALID_ARGUMENT naming the problem; the process and the server live on."""
+    import grpc
+
+    server = RolloutServer(engine, host="127.0.0.1", port=0)
+    address = f"127.0.0.1:{server.port}"
+    bad = [
+        (dict(text="word " * 5000, max_tokens=4), "prefills at most 64"),
+        (dict(token_ids=[999999], max_tokens=4), "outside the vocabulary"),
+        (dict(token_ids=[-1, 3], max_tokens=4), "outside the vocabulary"),
+        (dict(text="", max_tokens=4), "empty"),
+        (dict(token_ids=[], max_tokens=4), "empty"),
+        (dict(text="Bath", max_tokens=0), "max_tokens must be >= 1"),
+    ]
+    try:
+        for kwargs, match in bad:
+            with pytest.raises(grpc.RpcError) as info:
+                decode(address, **kwargs)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, kwargs
+            assert match in info.value.details(), info.value.details()
+        _, ids = decode(address, token_ids=tokenizer.encode(TEXTS[1]), max_tokens=MAX_TOKENS)
+    finally:
+        server.stop()
+    assert ids == _expected(engine, params, tokenizer, [tokenizer.encode(TEXTS[1])])[0]
+
+
+def test_server_rejects_a_port_out_of_range(engine):
+    with pytest.raises(ValueError, match="0..65535"):
+        RolloutServer(engine, host="127.0.0.1", port=99999)
