@@ -1,12 +1,17 @@
 """The HTTP search service and its client, so rollout workers on many hosts can share one index.
 
-Protocol (JSON over HTTP/1.1, keep-alive):
+Protocol (JSON over HTTP/1.1, keep-alive; README.md "HTTP search service" states it for users):
 - `POST /search` with body `{"query": str, "k": int (optional, 1..10, default 10)}` answers
-  `200 {"results": [{"title", "url", "snippet"}, ...]}`; a bad request answers 400 and a failed search 500,
-  both as `{"error": str}`.
-- `GET /health` answers `200 {"ok": true}`.
-The client turns every failure (refused connection, timeout, HTTP error, malformed body) into SearchError,
-after at most `retries` further attempts for the transient ones (connection errors, timeouts, 5xx).
+  `200 {"results": [{"title", "url", "snippet"}, ...]}`;
+- `GET /health` answers `200 {"ok": true}`;
+- every error is JSON `{"error": str}` naming what was wrong: 400 for a bad request (invalid JSON, a body that is
+  not an object, a missing or unknown field, a field of the wrong type or range, a bad Content-Length, a
+  malformed request line), 404 for an unknown path, 405 for another method (with `Allow: GET, POST`), 408 when
+  a declared body does not arrive within BODY_TIMEOUT_S, 500 for a failed search.
+An idle keep-alive connection is closed after IDLE_TIMEOUT_S. The client turns every failure (refused
+connection, timeout, HTTP error, malformed body) into SearchError, after at most `retries` further attempts for
+the transient ones (connection errors, timeouts, 5xx); a kept-alive connection the server has closed is
+reopened once without counting as an attempt.
 """
 
 from __future__ import annotations
@@ -29,11 +34,45 @@ from searchjax.search.types import SearchBackend, SearchError, SearchResult, che
 
 DEFAULT_PORT = 8765
 _MAX_BODY = 1 << 16
+BODY_TIMEOUT_S = 10.0  # a client that declares a body must send it within this time
+IDLE_TIMEOUT_S = 300.0  # an idle keep-alive connection (or one that stalls mid-headers) is closed after this
+LISTEN_BACKLOG = 128
+_ALLOW = "GET, POST"
+
+
+class _BadRequest(Exception):
+    """A request body that is not `{"query": str, "k": int}`; the message says what is wrong."""
+
+
+def parse_search_request(body: bytes) -> tuple[str, int]:
+    """(query, k) of a POST /search body; _BadRequest naming the problem otherwise."""
+    try:
+        request = json.loads(body.decode("utf-8"))  # json.loads(bytes) would also accept UTF-16 and UTF-32
+    except UnicodeDecodeError as e:
+        raise _BadRequest(f"invalid JSON: the body is not UTF-8 ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise _BadRequest(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(request, dict):
+        raise _BadRequest(f'the body must be a JSON object {{"query": str, "k": int}}, got {type(request).__name__}')
+    unknown = sorted(set(request) - {"query", "k"})
+    if unknown:
+        raise _BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are 'query' and 'k'")
+    if "query" not in request:
+        raise _BadRequest("missing field 'query' (a string)")
+    query, k = request["query"], request.get("k", MAX_RESULTS)
+    if not isinstance(query, str):
+        raise _BadRequest(f"field 'query' must be a string, got {type(query).__name__}")
+    if type(k) is not int:
+        raise _BadRequest(f"field 'k' must be an integer in 1..{MAX_RESULTS}, got {type(k).__name__}")
+    if not 1 <= k <= MAX_RESULTS:
+        raise _BadRequest(f"field 'k' must be in 1..{MAX_RESULTS}, got {k}")
+    return query, k
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: "SearchHTTPServer"
+    timeout = IDLE_TIMEOUT_S  # StreamRequestHandler sets it on the socket: no connection holds a thread forever
 
     def setup(self):
         super().setup()
@@ -43,13 +82,34 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - keep per-request lines off stderr
         pass
 
-    def _reply(self, status: int, payload: dict) -> None:
+    def _reply(self, status: int, payload: dict, headers: tuple[tuple[str, str], ...] = ()) -> None:
         body = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (a malformed request line or header, an unsupported method) as JSON, like
+        ours; an unknown method is 405 rather than http.server's 501."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9" or not self.command:
+            self.request_version = "HTTP/1.1"  # http.server would answer 0.9 without a status line
+        if code == 501 and self.command:
+            self._not_allowed()
+            return
+        self._reply(code, {"error": message or self.responses.get(code, ("error",))[0]})
+
+    def _not_allowed(self):
+        self.close_connection = True  # the body of an unexpected method is never read
+        self._reply(405, {"error": f"method {self.command} is not allowed; use GET /health or POST /search"},
+                    (("Allow", _ALLOW),))
+
+    do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
 
     def do_GET(self):  # noqa: N802 - http.server's naming
         if self.path == "/health":
@@ -61,19 +121,20 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/search":
             self._reply(404, {"error": f"unknown path {self.path!r}; use POST /search"})
             return
-        header = self.headers.get("Content-Length") or "0"
-        length = int(header) if header.isdigit() else -1
+        header = self.headers.get("Content-Length")
+        length = int(header) if header is not None and header.isdigit() else -1
         if not 0 < length <= _MAX_BODY:
             self.close_connection = True  # an unread or unknown-length body would desynchronise keep-alive
-            self._reply(400, {"error": f"Content-Length must be 1..{_MAX_BODY} bytes, got {header!r}"})
+            got = "no Content-Length header" if header is None else f"{header!r}"
+            self._reply(400, {"error": f"Content-Length must be 1..{_MAX_BODY} bytes, got {got}"})
+            return
+        body = self._read_body(length)
+        if body is None:
             return
         try:
-            request = json.loads(self.rfile.read(length))
-            query, k = request["query"], request.get("k", MAX_RESULTS)
-            if not isinstance(query, str) or type(k) is not int or not 1 <= k <= MAX_RESULTS:
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
-            self._reply(400, {"error": f'expected {{"query": str, "k": int in 1..{MAX_RESULTS}}}'})
+            query, k = parse_search_request(body)
+        except _BadRequest as e:
+            self._reply(400, {"error": str(e)})
             return
         try:
             results = self.server.backend.search(query, k)
@@ -83,12 +144,34 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(200, {"results": [r.to_dict() for r in results]})
 
+    def _read_body(self, length: int) -> bytes | None:
+        """The declared body, or None after answering 408 when it does not arrive within BODY_TIMEOUT_S."""
+        self.connection.settimeout(BODY_TIMEOUT_S)
+        body = b""
+        try:
+            while len(body) < length:  # read1 keeps what arrived before a timeout (read would drop it)
+                chunk = self.rfile.read1(length - len(body))
+                if not chunk:
+                    break
+                body += chunk
+        except TimeoutError:
+            pass
+        finally:
+            self.connection.settimeout(self.timeout)
+        if len(body) < length:
+            self.close_connection = True
+            self._reply(408, {"error": f"the body ended after {len(body)} of the {length} bytes of its "
+                                       f"Content-Length (or did not arrive within {BODY_TIMEOUT_S:g} s)"})
+            return None
+        return body
+
 
 class SearchHTTPServer(ThreadingHTTPServer):
     """A threaded HTTP server answering /search from `backend` (one thread per connection)."""
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, backend: SearchBackend, host: str = "127.0.0.1", port: int = DEFAULT_PORT):
         self.backend = backend
@@ -231,17 +314,30 @@ class HttpBackend:
             self._local.conn = None
 
     def _attempt(self, body: bytes) -> tuple[int, bytes]:
+        reused = getattr(self._local, "conn", None) is not None
         try:
-            conn = self._connection()
-            conn.request("POST", "/search", body=body, headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            data = response.read()
-        except (OSError, http.client.HTTPException, socket.timeout) as e:
+            response, data = self._post(body)
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
+            self._drop_connection()
+            if not reused:
+                raise _Transient(f"{type(e).__name__}: {e}") from None
+            try:  # the server closed an idle keep-alive connection: reopen it once
+                response, data = self._post(body)
+            except (OSError, http.client.HTTPException) as e2:
+                self._drop_connection()
+                raise _Transient(f"{type(e2).__name__}: {e2}") from None
+        except (OSError, http.client.HTTPException) as e:
             self._drop_connection()
             raise _Transient(f"{type(e).__name__}: {e}") from None
         if response.status >= 500:
             raise _Transient(f"HTTP {response.status}: {data[:200]!r}")
         return response.status, data
+
+    def _post(self, body: bytes) -> tuple[http.client.HTTPResponse, bytes]:
+        conn = self._connection()
+        conn.request("POST", "/search", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response, response.read()
 
     def search(self, query: str, k: int = 10) -> list[SearchResult]:
         if not isinstance(query, str):

@@ -112,10 +112,20 @@ def test_server_rejects_bad_requests():
 
     with running(SearchHTTPServer(MemoryBackend(DOCS), port=0)) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=2)
-        for body in (b"{}", b'{"query": 5}', b'{"query": "x", "k": 50}', b'{"query": "x", "k": true}', b"nope"):
+        cases = [(b"{}", "missing field 'query'"), (b'{"query": 5}', "'query' must be a string, got int"),
+                 (b'{"query": "x", "k": 50}', "'k' must be in 1..10, got 50"),
+                 (b'{"query": "x", "k": true}', "'k' must be an integer in 1..10, got bool"),
+                 (b"nope", "invalid JSON: Expecting value at line 1 column 1"),
+                 (b"\xff\xfe", "not UTF-8"), (b"[1]", "must be a JSON object"),
+                 (b'{"query": "x", "top": 3}', "unknown field(s) 'top'")]
+        messages = set()
+        for body, message in cases:
             conn.request("POST", "/search", body=body)
             response = conn.getresponse()
-            assert response.status == 400 and "error" in json.loads(response.read())
+            error = json.loads(response.read())["error"]
+            assert response.status == 400 and message in error, (body, error)
+            messages.add(error)
+        assert len(messages) == len(cases)  # each problem is named, not one catch-all message
         for length in ("abc", "-5", "999999"):  # unparsable, negative, too large: 400, and the server lives on
             conn.request("POST", "/search", body=b"{}", headers={"Content-Length": length})
             response = conn.getresponse()
@@ -190,3 +200,74 @@ def test_client_disconnects_leave_no_traceback_but_bugs_do(capsys):
         assert "KeyError" in capsys.readouterr().err
     finally:
         server.server_close()
+
+
+def _raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> tuple[int, dict, bytes]:
+    """Send raw bytes, read until the server closes: (status, headers, body)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "BREW"])
+def test_other_methods_get_a_json_405(method):
+    with running(SearchHTTPServer(MemoryBackend(DOCS), port=0)) as server:
+        status, headers, body = _raw_exchange(server.server_address[1],
+                                              f"{method} /search HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert status == 405 and headers["Allow"] == "GET, POST" and headers["Content-Type"] == "application/json"
+    assert method in json.loads(body)["error"]
+
+
+def test_head_gets_a_405_without_a_body():
+    with running(SearchHTTPServer(MemoryBackend(DOCS), port=0)) as server:
+        status, headers, body = _raw_exchange(server.server_address[1], b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 405 and body == b"" and headers["Allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize("garbage", [b"\x00\x01\x02 garbage garbage garbage\r\n\r\n", b"GET\r\n\r\n",
+                                     b"GET / HTTP/9.x\r\n\r\n"])
+def test_raw_garbage_gets_a_json_400(garbage):
+    with running(SearchHTTPServer(MemoryBackend(DOCS), port=0)) as server:
+        status, headers, body = _raw_exchange(server.server_address[1], garbage)
+        assert HttpBackend(server.url).search("river") != []  # and the service lives on
+    assert status == 400 and headers["Content-Type"] == "application/json" and json.loads(body)["error"]
+
+
+def test_a_short_body_does_not_hold_a_thread(monkeypatch):
+    """A client that sends less than its Content-Length gets 408 after the body timeout; others are served."""
+    from searchjax.search import http as http_mod
+
+    monkeypatch.setattr(http_mod, "BODY_TIMEOUT_S", 0.3)
+    with running(SearchHTTPServer(MemoryBackend(DOCS), port=0)) as server:
+        start = time.monotonic()
+        status, _, body = _raw_exchange(server.server_address[1],
+                                        b"POST /search HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"query\"")
+        assert time.monotonic() - start < 3.0
+        assert status == 408 and "8 of the 100 bytes" in json.loads(body)["error"]
+        assert HttpBackend(server.url).search("river") != []
+
+
+def test_listen_backlog_is_not_5():
+    from searchjax.search.http import LISTEN_BACKLOG
+
+    assert SearchHTTPServer.request_queue_size == LISTEN_BACKLOG >= 128
+
+
+def test_client_reopens_a_connection_the_server_closed_when_idle(monkeypatch):
+    """The server closes idle keep-alive connections; the client's next search reopens one, without retries."""
+    from searchjax.search import http as http_mod
+
+    monkeypatch.setattr(http_mod._Handler, "timeout", 0.2)
+    with running(SearchHTTPServer(MemoryBackend(DOCS), port=0)) as server:
+        client = HttpBackend(server.url, retries=0)
+        first = client.search("river")
+        time.sleep(0.6)
+        assert client.search("river") == first
