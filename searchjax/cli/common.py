@@ -154,6 +154,28 @@ def check_input_dir(path: str | os.PathLike, what: str, *, needs: tuple[str, ...
     return path
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help when it has a default worth showing and does not say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and not action.required
+        if shown and action.option_strings and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """The CLI's parser: defaults shown in --help, and a usage error as one line (status 2)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def add_overwrite(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing output whole (default: refuse to touch it)")

@@ -15,7 +15,7 @@ import signal
 import sys
 
 from searchjax import __version__
-from searchjax.cli.common import run_command
+from searchjax.cli.common import Parser, run_command
 
 # Each entry is a module under searchjax.cli with a `register(subparsers)` function.
 COMMAND_MODULES = (
@@ -33,7 +33,7 @@ EPILOG = ("Run `searchjax COMMAND --help` for a command's options. Exit status: 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="searchjax", description=__doc__.splitlines()[0].split(": ", 1)[1],
+    parser = Parser(prog="searchjax", description=__doc__.splitlines()[0].split(": ", 1)[1],
                                      epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"searchjax {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")

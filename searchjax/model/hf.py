@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, SingleDeviceSharding
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from searchjax.model.config import FULL, LINEAR, ModelConfig, from_hf_config, to_hf_config
@@ -127,17 +127,55 @@ def _deltanet_maps(cfg: ModelConfig) -> dict:
 # Reading
 
 
+def read_json(path: Path, what: str) -> dict:
+    """The JSON object in `path`; CheckpointError naming the file (and line:column) when it cannot be read."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                              f"the {what} is corrupt or truncated") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {e.start}); the {what} is corrupt") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _safetensors_error(file: Path, e: Exception) -> CheckpointError:
+    return CheckpointError(f"{file}: not a readable safetensors file ({e}); it may be truncated or corrupt")
+
+
+def _tensor_names(file: Path) -> list[str]:
+    """The tensor names in one safetensors file's header (this also checks the header against the file size)."""
+    try:
+        with safe_open(file, framework="numpy") as f:
+            return list(f.keys())
+    except (SafetensorError, OSError) as e:
+        raise _safetensors_error(file, e) from None
+
+
 class _Reader:
-    """Tensor-by-tensor access to a safetensors checkpoint (single file or index), text prefix resolved."""
+    """Tensor-by-tensor access to a safetensors checkpoint (single file or index), text prefix resolved.
+
+    Every file's header is read up front, so a truncated or corrupt file is reported (by name) before any
+    tensor is loaded.
+    """
 
     def __init__(self, path: Path):
         index = path / SAFETENSORS_INDEX
         if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
+            weight_map = read_json(index, "checkpoint index").get("weight_map")
+            if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+                raise CheckpointError(f"{index}: expected a 'weight_map' object of tensor name -> file name")
             self.files = {name: path / f for name, f in weight_map.items()}
+            for file in sorted(set(self.files.values())):
+                if not file.is_file():
+                    raise CheckpointError(f"{index}: lists {file.name}, which is missing")
+                _tensor_names(file)
         elif (path / SAFETENSORS_SINGLE).exists():
-            with safe_open(path / SAFETENSORS_SINGLE, framework="numpy") as f:
-                self.files = {name: path / SAFETENSORS_SINGLE for name in f.keys()}
+            self.files = {name: path / SAFETENSORS_SINGLE for name in _tensor_names(path / SAFETENSORS_SINGLE)}
         else:
             raise CheckpointError(f"{path}: no {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX}")
         self.path = path
@@ -151,12 +189,15 @@ class _Reader:
         """Tensor `name` (checked against `shape`); with `rows`, only that slice of its first axis is read."""
         if name not in self.files:
             raise CheckpointError(f"{self.path}: missing tensor {name!r}")
-        with safe_open(self.files[name], framework="numpy") as f:
-            sl = f.get_slice(name)
-            got = tuple(sl.get_shape())
-            if got != tuple(shape):
-                raise CheckpointError(f"{self.path}: tensor {name!r} has shape {list(got)}, expected {list(shape)}")
-            return sl[rows] if rows is not None else sl[:]
+        try:
+            with safe_open(self.files[name], framework="numpy") as f:
+                sl = f.get_slice(name)
+                got = tuple(sl.get_shape())
+                if got != tuple(shape):
+                    raise CheckpointError(f"{self.path}: tensor {name!r} has shape {list(got)}, expected {list(shape)}")
+                return sl[rows] if rows is not None else sl[:]
+        except (SafetensorError, OSError) as e:
+            raise _safetensors_error(self.files[name], e) from None
 
 
 def _experts_ours(reader: _Reader, layer: str, field: str, cfg: ModelConfig, experts: slice) -> np.ndarray:
@@ -245,7 +286,22 @@ def read_hf_config(path: str | os.PathLike) -> ModelConfig:
     cfg_path = Path(path) / "config.json"
     if not cfg_path.exists():
         raise CheckpointError(f"{path}: no config.json")
-    return from_hf_config(json.loads(cfg_path.read_text()))
+    hf = read_json(cfg_path, "config")
+    try:
+        return from_hf_config(hf)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # ConfigError, or a value of the wrong shape
+        reason = f"missing field {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+        raise CheckpointError(f"{cfg_path}: {reason}") from None
+
+
+def checkpoint_files(path: str | os.PathLike) -> dict[str, int]:
+    """{file name: tensor count} of a checkpoint's safetensors files, every header checked; CheckpointError
+    naming a missing, truncated or corrupt file."""
+    reader = _Reader(Path(path))
+    counts: dict[str, int] = {}
+    for file in reader.files.values():
+        counts[file.name] = counts.get(file.name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def load_hf(path: str | os.PathLike, dtype="float32", mesh: Mesh | None = None) -> tuple[ModelConfig, Params]:
@@ -342,6 +398,18 @@ def _layer_values(stacked, i: int) -> dict:
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
+def _save_file(tensors: dict[str, np.ndarray], file: Path) -> None:
+    """safetensors' save_file with the file mode the user's umask gives (its writer creates files 0600)."""
+    save_file(tensors, str(file), metadata={"format": "pt"})
+    os.chmod(file, 0o666 & ~_umask())
+
+
 class _ShardWriter:
     """Writes tensors into safetensors files of at most ~max_bytes each, then an index if there is more than one."""
 
@@ -360,14 +428,14 @@ class _ShardWriter:
 
     def _flush(self) -> None:
         fname = f"model-{len(self.files) + 1:05d}.safetensors"
-        save_file(self.pending, str(self.path / fname), metadata={"format": "pt"})
+        _save_file(self.pending, self.path / fname)
         self.weight_map.update({k: fname for k in self.pending})
         self.files.append({})
         self.pending, self.size = {}, 0
 
     def close(self) -> None:
         if not self.files:  # everything fits in one file: the plain single-file layout
-            save_file(self.pending, str(self.path / SAFETENSORS_SINGLE), metadata={"format": "pt"})
+            _save_file(self.pending, self.path / SAFETENSORS_SINGLE)
             return
         if self.pending:
             self._flush()
