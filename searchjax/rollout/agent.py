@@ -14,6 +14,9 @@ and get an error response. Every rollout ends with a complete record:
     context     the sequence filled the engine's cache
     budget      the model called the tool again after being told its call budget was used up
 
+Budgets are per prompt (`PromptItem.budget`, default `AgentConfig.budget`); b = 0 offers the tool but every
+call fails without a search (tool_choice=none).
+
 Groups (RECIPE.md §2): G rollouts per prompt with independent keys fold_in(fold_in(key, p), i), and optionally
 one reference-model rollout per prompt (group_index −1, key fold_in(fold_in(key, p), G)) through the same driver
 with the reference params swapped in (RECIPE.md §4: the preference score and L^ref).
@@ -41,7 +44,8 @@ TOOLS = (SEARCH_WEB_TOOL,)
 
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
-    """budget: search_web calls per rollout (b); max_new_tokens: policy tokens per rollout over all turns."""
+    """budget: search_web calls per rollout (b) of prompts without their own; max_new_tokens: policy tokens per
+    rollout over all turns."""
 
     budget: int = 5
     max_new_tokens: int = 1024
@@ -55,15 +59,31 @@ class AgentConfig:
 
 @dataclasses.dataclass(frozen=True)
 class PromptItem:
-    """A prompt to roll out: its id and its messages (system + user turns, OpenAI style)."""
+    """A prompt to roll out: its id, its messages (system + user turns, OpenAI style) and its call budget.
+
+    budget: the search_web calls this prompt's rollouts may execute (b); None means AgentConfig.budget. One
+    driver run may mix budgets (the budget-forced sweep b = 0..10 in one batch). The system prompt states the
+    budget only if the messages say so: `from_record` writes b into the system turn and sets the same b here.
+    Records are keyed by prompt_id (and carry their budget), so a sweep gives each (question, budget) its own
+    prompt_id.
+    """
 
     prompt_id: str
     messages: tuple[Mapping[str, Any], ...]
+    budget: int | None = None
+
+    def __post_init__(self):
+        b = self.budget
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 0):
+            raise ValueError(f"PromptItem {self.prompt_id!r}: budget must be None or an int >= 0, got {b!r}")
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], budget: int) -> "PromptItem":
-        """From a QA record ({id, question, ...}) or a rubric record ({id, messages, ...}) of the data issue."""
-        return cls(str(record["id"]), tuple(prompt_messages(dict(record), budget)))
+        """From a QA record ({id, question, ...}) or a rubric record ({id, messages, ...}) of the data issue.
+
+        The system turn states the cap of `budget` calls and the item enforces that same cap.
+        """
+        return cls(str(record["id"]), tuple(prompt_messages(dict(record), budget)), budget)
 
 
 class _Rollout:
@@ -96,7 +116,7 @@ class _Rollout:
             prompt_id=self.item.prompt_id, group_index=self.group_index, tokens=self.tokens, loss_mask=self.mask,
             logprobs=self.logprobs, prompt_length=self.prompt_length, tool_calls=self.calls,
             tool_failures=self.tool.failures + self.rejected, response_length=sum(self.mask), answer=answer,
-            finish_reason=reason, model=self.model, timings=dict(self.timings),
+            finish_reason=reason, model=self.model, timings=dict(self.timings), budget=self.tool.max_calls,
         )
         return self.record
 
@@ -110,6 +130,10 @@ class SearchAgent:
         special = self.tokenizer.special
         self.stop_ids = (special.tool_call_end, special.im_end, special.endoftext)
         self.tool_call_end = special.tool_call_end
+
+    def budget(self, item: PromptItem) -> int:
+        """The call budget of `item`'s rollouts: its own, else AgentConfig.budget."""
+        return self.config.budget if item.budget is None else item.budget
 
     def prompt_ids(self, item: PromptItem) -> list[int]:
         """The rendered prompt (tools in the system turn, generation prompt at the end) as ids."""
@@ -169,7 +193,7 @@ class SearchAgent:
             r.finish("answer", parsed.content)
             return []
         responses = self._execute(r, parsed)
-        if r.calls > self.config.budget + 1:
+        if r.calls > r.tool.max_calls + 1:
             r.finish("budget", parsed.content)
             return []
         r.add(self.tool_turn_ids(responses, after_tool_call=c.stop == self.tool_call_end), None)
@@ -193,7 +217,7 @@ class SearchAgent:
             indices = range(group_size) if model == POLICY else [-1]
             for i in indices:
                 k = jax.random.fold_in(base, group_size if i < 0 else i)
-                states.append(_Rollout(item, i, model, k, prompt, SearchTool(self.backend, self.config.budget)))
+                states.append(_Rollout(item, i, model, k, prompt, SearchTool(self.backend, self.budget(item))))
 
         def on_finish(c: Completion) -> list[Request]:
             follow = self.on_turn(c)

@@ -7,6 +7,9 @@ tool-response ids; never a re-tokenisation of decoded text), with
     logprobs[t]  = log μ_infer(tokens[t])  where loss_mask[t] = 1, else 0     (RECIPE.md §2)
     response_length = Σ_t loss_mask[t]       (|o_i|, the policy tokens)
     tool_calls = c_i, tool_failures = e_i    (RECIPE.md §4, tool-call efficiency)
+    budget = b                               the search_web calls the rollout could execute
+
+Fields added after the first release default to None, so older JSONL files still read.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class RolloutRecord:
     finish_reason: str
     model: str = POLICY
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    budget: int | None = None
 
     def check(self) -> None:
         """Raise ValueError naming the field when the record is internally inconsistent."""

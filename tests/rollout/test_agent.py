@@ -140,6 +140,25 @@ def test_calling_again_past_the_budget_ends_the_rollout(tokenizer):
     assert (record.tool_calls, record.tool_failures, record.finish_reason) == (3, 2, "budget")
 
 
+def test_one_run_mixes_per_prompt_budgets(tokenizer):
+    """Budgets 0, 1, 2 and None (AgentConfig.budget = 1) in one batch; the model calls three times, then answers."""
+    backend = CountingBackend(DOCS)
+    agent = SearchAgent(ScriptedDriver(tokenizer, [CALL, CALL, CALL, ANSWER]), backend, AgentConfig(1, 400))
+    items = [PromptItem.from_record({"id": f"b{b}", "question": "Capital of France?"}, b) for b in (0, 1, 2)]
+    items.append(PromptItem("default", items[1].messages))
+    records = run_rollouts(agent, items, 1, jax.random.key(0))
+    got = {r.prompt_id: (r.budget, r.tool_calls, r.tool_failures, r.finish_reason) for r in records}
+    assert got == {
+        "b0": (0, 2, 2, "budget"),  # the first call fails (told), the second ends the rollout
+        "b1": (1, 3, 2, "budget"),
+        "b2": (2, 3, 1, "answer"),  # two searches, the third call fails, then the answer
+        "default": (1, 3, 2, "budget"),
+    }
+    assert len(backend.queries) == 0 + 1 + 2 + 1
+    with pytest.raises(ValueError, match="budget"):
+        PromptItem("x", items[0].messages, budget=-1)
+
+
 @pytest.mark.parametrize("bad", [
     "</think>\n\n<tool_call>\n<function=search_web>\n</function>\n</tool_call>",  # required query missing
     "</think>\n\n<tool_call>\n<function=open_url>\n<parameter=url>\nx\n</parameter>\n</function>\n</tool_call>",
