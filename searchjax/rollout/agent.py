@@ -6,13 +6,14 @@ budget and counts c_i, e_i), and the harness appends, with loss mask 0, the end 
 (`<|im_end|>\\n`), the tool response turn and the next generation prompt, all rendered by searchjax.chat's
 template and encoded on their own: the sampled ids are never re-tokenised (token-in/token-out).
 
-Malformed calls (parser errors, an unknown function) are not executed; they count as a call and a failure
-and get an error response. Every rollout ends with a complete record:
+Malformed calls (parser errors, an unknown function) are not executed; they count as a call and a failure,
+get an error response and consume none of the budget b: that counts only the well-formed calls, and it is
+checked before a call executes (`SearchAgent._execute`). Every rollout ends with a complete record:
 
     answer      a turn ended without a tool call (its content is the answer)
     max_tokens  the rollout's policy-token budget (max_new_tokens over all turns) is spent
     context     the sequence filled the engine's cache
-    budget      the model called the tool again after being told its call budget was used up
+    budget      a well-formed call came after the model was told that its call budget was used up
 
 Budgets are per prompt (`PromptItem.budget`, default `AgentConfig.budget`); b = 0 offers the tool but every
 call fails without a search (tool_choice=none).
@@ -160,22 +161,31 @@ class SearchAgent:
             sampling=self.config.sampling, stop_token_ids=self.stop_ids, tag=r,
         )
 
-    def _execute(self, r: _Rollout, parsed) -> list[str]:
-        """Run the turn's tool calls; malformed ones are rejected with an error response."""
+    def _execute(self, r: _Rollout, parsed) -> tuple[list[str], bool]:
+        """Run the turn's tool calls in order: (the responses, whether the rollout ends on "budget").
+
+        A parser-rejected call is not executed, counts as a call and a failure, gets an error response and
+        consumes no budget. A well-formed call goes to the rollout's SearchTool, which checks the budget before
+        searching from its own count n of well-formed calls: calls n = 1..b search; a call with n > b runs no
+        search and fails with a "budget used up" response. A well-formed call made after such a response was
+        shown (n > b before this turn) also counts as a failed call, and the rollout ends on "budget".
+        """
         t0 = time.perf_counter()
-        responses = []
+        responses, told = [], r.tool.calls > r.tool.max_calls
         calls = parsed.tool_calls
         if not calls:  # a stray </tool_call>: a malformed call
             r.rejected += 1
             responses.append("Error: malformed tool call: " + "; ".join(parsed.errors or ["no <tool_call> block"]))
+        ends = False
         for call in calls:
             if call.ok and call.name == TOOL_NAME:
                 responses.append(r.tool.call(dict(call.arguments)).text)
+                ends = ends or told
             else:
                 r.rejected += 1
                 responses.append("Error: malformed tool call: " + "; ".join(call.errors or [f"unknown tool {call.name!r}"]))
         r.timings["tool_s"] += time.perf_counter() - t0
-        return responses
+        return responses, ends
 
     def on_turn(self, c: Completion) -> list[Request]:
         """Consume one finished turn; return the next turn's request, or [] when the rollout is complete."""
@@ -192,8 +202,8 @@ class SearchAgent:
         if not called:
             r.finish("answer", parsed.content)
             return []
-        responses = self._execute(r, parsed)
-        if r.calls > r.tool.max_calls + 1:
+        responses, over_budget = self._execute(r, parsed)
+        if over_budget:
             r.finish("budget", parsed.content)
             return []
         r.add(self.tool_turn_ids(responses, after_tool_call=c.stop == self.tool_call_end), None)

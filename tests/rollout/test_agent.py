@@ -140,6 +140,23 @@ def test_calling_again_past_the_budget_ends_the_rollout(tokenizer):
     assert (record.tool_calls, record.tool_failures, record.finish_reason) == (3, 2, "budget")
 
 
+BAD = "</think>\n\n<tool_call>garbage</tool_call>"
+
+
+def test_rejected_calls_consume_no_budget_and_the_valid_search_is_seen(tokenizer):
+    """Budget 1, turns [malformed, malformed, valid]: the search runs and its result is in the next turn's context."""
+    record, backend, _ = _run(tokenizer, [BAD, BAD, CALL, ANSWER], budget=1, max_new=400)
+    assert backend.queries == ["capital of France"]
+    assert (record.tool_calls, record.tool_failures, record.finish_reason, record.answer) == (3, 2, "answer", "Paris")
+    text = tokenizer.decode(record.tokens[record.prompt_length :])
+    assert text.index("Paris is the capital of France.") < text.rindex("Found it.")
+    # Calling on: the 4th call is refused (past the budget, no search), the 5th ends the rollout; both count.
+    record, backend, _ = _run(tokenizer, [BAD, BAD, CALL], budget=1, max_new=400)
+    assert backend.queries == ["capital of France"]
+    assert (record.tool_calls, record.tool_failures, record.finish_reason) == (5, 4, "budget")
+    assert "Paris is the capital of France." in tokenizer.decode(record.tokens) and "used up" in tokenizer.decode(record.tokens)
+
+
 def test_one_run_mixes_per_prompt_budgets(tokenizer):
     """Budgets 0, 1, 2 and None (AgentConfig.budget = 1) in one batch; the model calls three times, then answers."""
     backend = CountingBackend(DOCS)
@@ -238,8 +255,9 @@ def test_a_real_model_stops_exactly_at_tool_call_end(engine, params, tokenizer, 
     s = tokenizer.special
     newline = tokenizer.encode("\n")[0]
     driver = RolloutDriver(engine, scripted(params, {newline: s.tool_call, s.tool_call: s.tool_call_end, s.tool_call_end: s.tool_call}))
-    agent = SearchAgent(driver, CountingBackend(DOCS), AgentConfig(budget=1, max_new_tokens=50, sampling=Sampling(1.0)))
+    agent = SearchAgent(driver, CountingBackend(DOCS), AgentConfig(budget=1, max_new_tokens=6, sampling=Sampling(1.0)))
     (record,) = run_rollouts(agent, [_item(budget=1)], 1, jax.random.key(0))
     record.check()
     assert _policy_spans(record) == [[s.tool_call, s.tool_call_end]] * 3
-    assert (record.tool_calls, record.tool_failures, record.finish_reason) == (3, 3, "budget")
+    # Malformed calls consume no budget: the rollout runs until its policy-token budget is spent.
+    assert (record.tool_calls, record.tool_failures, record.finish_reason) == (3, 3, "max_tokens")
