@@ -4,7 +4,9 @@ A turn generates until `</tool_call>`, `<|im_end|>` or `<|endoftext|>`. A stop a
 call is parsed (searchjax.chat.parse_assistant), executed by the rollout's `SearchTool` (which enforces the call
 budget and counts c_i, e_i), and the harness appends, with loss mask 0, the end of the assistant turn
 (`<|im_end|>\\n`), the tool response turn and the next generation prompt, all rendered by searchjax.chat's
-template and encoded on their own: the sampled ids are never re-tokenised (token-in/token-out).
+template and encoded on their own: the sampled ids are never re-tokenised (token-in/token-out). A turn that
+ends otherwise than on `<|im_end|>` (at `</tool_call>`, or a malformed call ending on `<|endoftext|>`) gets
+`<|im_end|>` appended before the tool response.
 
 Malformed calls (parser errors, an unknown function) are not executed; they count as a call and a failure,
 get an error response and consume none of the budget b: that counts only the well-formed calls, and it is
@@ -130,7 +132,7 @@ class SearchAgent:
         self.tokenizer = driver.tokenizer
         special = self.tokenizer.special
         self.stop_ids = (special.tool_call_end, special.im_end, special.endoftext)
-        self.tool_call_end = special.tool_call_end
+        self.tool_call_end, self.im_end = special.tool_call_end, special.im_end
 
     def budget(self, item: PromptItem) -> int:
         """The call budget of `item`'s rollouts: its own, else AgentConfig.budget."""
@@ -144,15 +146,19 @@ class SearchAgent:
         )
         return ids.tolist()
 
-    def tool_turn_ids(self, responses: Sequence[str], after_tool_call: bool) -> list[int]:
-        """Ids the harness appends after a tool-calling turn: end of turn, tool response(s), generation prompt."""
+    def tool_turn_ids(self, responses: Sequence[str], close_turn: bool) -> list[int]:
+        """Ids the harness appends after a tool-calling turn: end of turn, tool response(s), generation prompt.
+
+        close_turn: the generation did not end with `<|im_end|>` (it stopped at `</tool_call>` or on
+        `<|endoftext|>`), so `<|im_end|>` is added first and the context stays on the chat template.
+        """
         msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]
         msgs += [{"role": "tool", "content": text} for text in responses]
         segments = render_segments(msgs, add_generation_prompt=True, enable_thinking=self.config.enable_thinking)
         body = max(i for i, s in enumerate(segments) if s.trainable)
         # segments[body] ends in <|im_end|>, segments[body + 1] is the newline after it.
         tail = "".join(s.text for s in segments[body + 1 :])
-        return self.tokenizer.encode((IM_END if after_tool_call else "") + tail)
+        return self.tokenizer.encode((IM_END if close_turn else "") + tail)
 
     def _request(self, r: _Rollout) -> Request:
         remaining = self.config.max_new_tokens - sum(r.mask)
@@ -206,7 +212,7 @@ class SearchAgent:
         if over_budget:
             r.finish("budget", parsed.content)
             return []
-        r.add(self.tool_turn_ids(responses, after_tool_call=c.stop == self.tool_call_end), None)
+        r.add(self.tool_turn_ids(responses, close_turn=int(c.tokens[-1]) != self.im_end), None)
         if len(r.tokens) >= self.driver.engine.max_len:
             r.finish("context", parsed.content)
             return []

@@ -157,6 +157,15 @@ def test_rejected_calls_consume_no_budget_and_the_valid_search_is_seen(tokenizer
     assert "Paris is the capital of France." in tokenizer.decode(record.tokens) and "used up" in tokenizer.decode(record.tokens)
 
 
+@pytest.mark.parametrize("end", ["<|endoftext|>", "<|im_end|>"])
+def test_a_malformed_call_ending_the_turn_is_followed_by_exactly_one_im_end(tokenizer, end):
+    record, backend, _ = _run(tokenizer, ["</think>\n\n<tool_call>garbage" + end, ANSWER])
+    assert backend.queries == [] and (record.tool_calls, record.tool_failures, record.finish_reason) == (1, 1, "answer")
+    text = tokenizer.decode(record.tokens[record.prompt_length :])
+    head = text.split("<tool_response>")[0]
+    assert head == "</think>\n\n<tool_call>garbage" + end.replace("<|im_end|>", "") + "<|im_end|>\n<|im_start|>user\n"
+
+
 def test_one_run_mixes_per_prompt_budgets(tokenizer):
     """Budgets 0, 1, 2 and None (AgentConfig.budget = 1) in one batch; the model calls three times, then answers."""
     backend = CountingBackend(DOCS)
