@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -91,15 +91,19 @@ def _validate(row: dict[str, Any]) -> None:
     record_from_dict(row)
 
 
-def to_arrays(records: Sequence[RolloutRecord], max_len: int | None = None, pad_id: int = 0) -> dict[str, np.ndarray]:
-    """Right-padded arrays for the trainer.
+def to_arrays(records: Sequence[RolloutRecord], max_len: int | None = None, *, pad_id: int) -> dict[str, np.ndarray]:
+    """Right-padded arrays for the trainer, one row per record in the given order.
 
-    tokens [N,L] int32 (pad_id after the end), loss_mask [N,L] int32, logprobs [N,L] float32, lengths [N],
-    prompt_lengths [N], response_length [N], tool_calls [N], tool_failures [N], group_index [N]; L = max_len or
-    the longest record. A record longer than max_len raises (never truncated silently).
+    tokens [N,L] int32 (pad_id after the end: pass the tokenizer's pad id, `tokenizer.special.pad`; it is
+    required because id 0 is a real token), loss_mask [N,L] int32, logprobs [N,L] float32, lengths [N],
+    prompt_lengths [N], response_length [N], tool_calls [N], tool_failures [N], group_index [N] int32, and
+    prompt_id [N] (str). L = max_len or the longest record. A record longer than max_len raises (never
+    truncated silently). For the [N, G] layout of groups, pass `group_records(...).flat()`.
     """
     if not records:
         raise ValueError("to_arrays: no records")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)) or pad_id < 0:
+        raise ValueError(f"to_arrays: pad_id must be a token id >= 0, got {pad_id!r}")
     longest = max(len(r.tokens) for r in records)
     width = longest if max_len is None else max_len
     too_long = [f"{r.prompt_id}/{r.group_index} ({len(r.tokens)})" for r in records if len(r.tokens) > width]
@@ -120,4 +124,76 @@ def to_arrays(records: Sequence[RolloutRecord], max_len: int | None = None, pad_
                         ("tool_calls", None), ("tool_failures", None), ("group_index", None)):
         values = [len(r.tokens) if name == "lengths" else getattr(r, field or name) for r in records]
         out[name] = np.asarray(values, np.int32)
+    out["prompt_id"] = np.asarray([r.prompt_id for r in records], dtype=str)
     return out
+
+
+class RecordGroups(NamedTuple):
+    """Records laid out as GRPO groups (RECIPE.md §2): N prompts × G policy rollouts, references apart.
+
+    prompt_ids [N]; grid [N][G] with grid[n][i] the policy rollout of prompt_ids[n] with group_index i;
+    reference [N] the reference-model rollout (group_index −1) of each prompt, or None when the records have
+    none.
+    """
+
+    prompt_ids: tuple[str, ...]
+    grid: tuple[tuple[RolloutRecord, ...], ...]
+    reference: tuple[RolloutRecord, ...] | None
+
+    def flat(self) -> list[RolloutRecord]:
+        """The policy records in row-major order: flat()[n·G + i] = grid[n][i] (to_arrays rows → [N, G])."""
+        return [r for row in self.grid for r in row]
+
+    def field(self, name: str) -> np.ndarray:
+        """A numeric record field (e.g. "tool_calls", "response_length") as an [N, G] array."""
+        return np.asarray([[getattr(r, name) for r in row] for row in self.grid])
+
+    def reference_field(self, name: str) -> np.ndarray:
+        """A numeric field of the reference rollouts as an [N] array (e.g. L^ref = "response_length")."""
+        if self.reference is None:
+            raise ValueError(f"reference_field({name!r}): the records have no reference rollouts")
+        return np.asarray([getattr(r, name) for r in self.reference])
+
+
+def group_records(
+    records: Iterable[RolloutRecord], group_size: int, prompt_ids: Sequence[str] | None = None
+) -> RecordGroups:
+    """Build the [N, G] grid from records in any order (e.g. as finished, or shuffled).
+
+    Policy records must have group_index in [0, G) and model "policy"; reference records group_index −1 and
+    model "reference", at most one per prompt, and then one for every prompt. Rows follow `prompt_ids` when
+    given (every record's prompt must be listed), else the sorted prompt ids, so the grid does not depend on
+    the order of `records`. A duplicate (prompt_id, group_index), a record of another kind, or a missing group
+    member raises ValueError naming the records.
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_records: group_size must be an int >= 1, got {group_size!r}")
+    policy: dict[tuple[str, int], RolloutRecord] = {}
+    reference: dict[str, RolloutRecord] = {}
+    for r in records:
+        kind = (r.model, r.group_index == -1)
+        if kind not in ((POLICY, False), (REFERENCE, True)) or not -1 <= r.group_index < group_size:
+            raise ValueError(
+                f"group_records: record {r.prompt_id}/{r.group_index} (model {r.model!r}) is neither a policy "
+                f"rollout with group_index in [0, {group_size}) nor a reference rollout with group_index -1"
+            )
+        table, key = (reference, r.prompt_id) if r.group_index == -1 else (policy, (r.prompt_id, r.group_index))
+        if key in table:
+            raise ValueError(f"group_records: duplicate record {r.prompt_id}/{r.group_index} (prompt_id/group_index)")
+        table[key] = r
+    seen = {p for p, _ in policy} | set(reference)
+    order = tuple(sorted(seen)) if prompt_ids is None else tuple(prompt_ids)
+    repeated = sorted({p for p in order if order.count(p) > 1})
+    if repeated:
+        raise ValueError(f"group_records: prompt_ids lists {repeated[:5]} more than once")
+    unlisted = sorted(seen - set(order))
+    if unlisted:
+        raise ValueError(f"group_records: records of prompts not in prompt_ids: {unlisted[:5]}")
+    missing = [f"{p}/{i}" for p in order for i in range(group_size) if (p, i) not in policy]
+    if missing:
+        raise ValueError(f"group_records: {len(missing)} missing group member(s) (prompt_id/group_index): {missing[:10]}")
+    if reference and len(reference) != len(order):
+        absent = [p for p in order if p not in reference]
+        raise ValueError(f"group_records: prompts without a reference rollout: {absent[:10]}")
+    grid = tuple(tuple(policy[p, i] for i in range(group_size)) for p in order)
+    return RecordGroups(order, grid, tuple(reference[p] for p in order) if reference else None)
