@@ -226,7 +226,7 @@ def test_records_round_trip_jsonl_and_pad(tokenizer, tmp_path):
     np.testing.assert_array_equal(arrays["loss_mask"].sum(1), [a.response_length, b.response_length])
     np.testing.assert_array_equal(arrays["tool_calls"], [1, 0])
     with pytest.raises(ValueError, match="longer than max_len"):
-        to_arrays([a], max_len=10)
+        to_arrays([a], max_len=10, pad_id=tokenizer.special.pad)
     bad = dataclasses.replace(b, logprobs=[-1.0] * len(b.tokens))
     with pytest.raises(ValueError, match="logprobs must be 0"):
         bad.check()
