@@ -22,6 +22,15 @@ def temp_sibling(path: str | os.PathLike, tag: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
+def replaceable_dir(path: str | os.PathLike, marker: str) -> bool:
+    """Whether a library writer may replace `path` whole: it is absent, an empty directory, or a directory
+    holding `marker` (the file that writer leaves, e.g. world.json), never an unrelated folder or a file."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    return path.is_dir() and ((path / marker).exists() or not any(path.iterdir()))
+
+
 def remove_path(path: Path) -> None:
     """Remove a file, a link or a directory tree; nothing if absent."""
     if path.is_dir() and not path.is_symlink():

@@ -63,6 +63,11 @@ def run_command(func: Callable[[argparse.Namespace], int | None]) -> Callable[[a
     return wrapped
 
 
+def show_progress() -> bool:
+    """Progress bars go to stderr only when it is a terminal (not into logs, pipes or captured output)."""
+    return sys.stderr.isatty()
+
+
 def check_port(value: str) -> int:
     """argparse type: a TCP port, 0..65535 (0 lets the system pick a free one, which the server prints)."""
     try:
@@ -152,6 +157,31 @@ def check_input_dir(path: str | os.PathLike, what: str, *, needs: tuple[str, ...
     if missing:
         raise CLIError(f"{what} {path}: missing {', '.join(missing)}")
     return path
+
+
+SERVICE_WAIT_S = 5.0  # how long an --index URL may take to answer GET /health (a service still starting)
+INDEX_HELP = "a tantivy index directory (`searchjax index build`) or a search service URL http://HOST:PORT " \
+             "(`searchjax serve-search`)"
+
+
+def open_search_backend(value: str, flag: str = "--index"):
+    """The search backend named by an --index value: a service URL (checked to answer GET /health within
+    SERVICE_WAIT_S) or a tantivy index directory; CLIError/SearchError naming `flag` otherwise. Cheap next to loading
+    a model, so commands call it first."""
+    from searchjax.search import HttpBackend, TantivyBackend, wait_until_serving
+
+    if "://" in value:
+        try:
+            backend = HttpBackend(value)
+        except ValueError as e:
+            raise CLIError(f"{flag} {value}: {e}") from None
+        try:
+            wait_until_serving(value.rstrip("/"), timeout_s=SERVICE_WAIT_S)
+        except SearchError as e:
+            raise CLIError(f"{flag}: {e}") from None
+        return backend
+    check_input_dir(value, flag)
+    return TantivyBackend(value)
 
 
 class HelpFormatter(argparse.HelpFormatter):

@@ -13,12 +13,12 @@ was (types.tokenize) and becomes a disjunction of term queries, so query-syntax 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import tantivy
 from tqdm import tqdm
 
+from searchjax.atomic import atomic_path, replaceable_dir
 from searchjax.search.types import SearchError, SearchResult, check_k, iter_corpus, query_terms
 
 SNIPPET_MAX_CHARS = 200
@@ -39,27 +39,44 @@ def _schema() -> tantivy.Schema:
 def build_index(corpus_jsonl: str | Path, out_dir: str | Path, progress: bool = True) -> int:
     """Index every document of `corpus_jsonl` into a fresh tantivy index at `out_dir`; returns the count.
 
-    An existing `out_dir` is replaced only when it holds a searchjax index (never an unrelated folder).
+    The index is built in a temporary sibling and renamed to `out_dir` at the end, so a failed build (a bad
+    corpus line, an empty corpus, a kill) leaves `out_dir` as it was and nothing beside it. An existing
+    `out_dir` is replaced only when it holds a searchjax index or is empty (never an unrelated folder). An empty corpus is
+    an error: its index could answer no query.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists():
-        if not (out_dir / _META_FILE).exists():
-            raise FileExistsError(f"{out_dir} exists and is not a searchjax index; refusing to overwrite it")
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    if not replaceable_dir(out_dir, _META_FILE):
+        raise FileExistsError(f"{out_dir} exists and is not a searchjax index; refusing to overwrite it")
+    if not out_dir.parent.is_dir():
+        out_dir.parent.mkdir(parents=True)
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        n = _write_index(corpus_jsonl, tmp, progress)
+        if n == 0:
+            raise ValueError(f"{corpus_jsonl}: no documents; an empty index could answer no query")
+        (tmp / _META_FILE).write_text(json.dumps({"corpus": str(corpus_jsonl), "num_docs": n}) + "\n")
+    return n
+
+
+def _write_index(corpus_jsonl: str | Path, out_dir: Path, progress: bool) -> int:
     index = tantivy.Index(_schema(), path=str(out_dir))
     writer = index.writer(heap_size=_WRITER_HEAP, num_threads=_WRITER_THREADS)
     n = 0
-    with (out_dir / _DOCS_FILE).open("w", encoding="utf-8") as rows:
-        for doc in tqdm(iter_corpus(corpus_jsonl), desc="index", unit="doc", disable=not progress):
-            entry = tantivy.Document(text=doc["text"])
-            entry.add_unsigned("row", n)
-            writer.add_document(entry)
-            rows.write(json.dumps([doc["title"], doc["url"], doc["text"]], ensure_ascii=False) + "\n")
-            n += 1
+    try:
+        with (out_dir / _DOCS_FILE).open("w", encoding="utf-8") as rows:
+            for doc in tqdm(iter_corpus(corpus_jsonl), desc="index", unit="doc", disable=not progress):
+                entry = tantivy.Document(text=doc["text"])
+                entry.add_unsigned("row", n)
+                writer.add_document(entry)
+                rows.write(json.dumps([doc["title"], doc["url"], doc["text"]], ensure_ascii=False) + "\n")
+                n += 1
+    except BaseException:
+        # Stop tantivy's indexing threads before the caller removes the folder they write into.
+        writer.rollback()
+        writer.wait_merging_threads()
+        raise
     writer.commit()
     writer.wait_merging_threads()
-    (out_dir / _META_FILE).write_text(json.dumps({"corpus": str(corpus_jsonl), "num_docs": n}) + "\n")
     return n
 
 

@@ -74,6 +74,30 @@ def test_build_index_checks_its_input(tmp_path):
         TantivyBackend(tmp_path / "notanindex")
 
 
+def test_failed_build_leaves_nothing_and_can_be_retried(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"title": "t", "url": "u", "text": "ok"}) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"c.jsonl:2"):
+        build_index(corpus, tmp_path / "idx", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
+    corpus.write_text(json.dumps({"title": "t", "url": "u", "text": "ok"}) + "\n")
+    assert build_index(corpus, tmp_path / "idx", progress=False) == 1
+    # A failed rebuild keeps the previous index, searchable.
+    corpus.write_text("{not json\n")
+    with pytest.raises(ValueError):
+        build_index(corpus, tmp_path / "idx", progress=False)
+    assert TantivyBackend(tmp_path / "idx").search("ok")[0].url == "u"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "idx"]
+
+
+def test_empty_corpus_is_an_error(tmp_path):
+    corpus = tmp_path / "empty.jsonl"
+    corpus.write_text("\n")
+    with pytest.raises(ValueError, match="empty.jsonl: no documents"):
+        build_index(corpus, tmp_path / "idx", progress=False)
+    assert not (tmp_path / "idx").exists()
+
+
 def test_rebuild_replaces_an_index(tmp_path):
     corpus = tmp_path / "c.jsonl"
     rows = [{"title": f"T{i}", "url": f"u{i}", "text": f"w{i} common"} for i in range(5)]
