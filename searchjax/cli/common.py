@@ -184,8 +184,9 @@ def open_search_backend(value: str, flag: str = "--index"):
     return TantivyBackend(value)
 
 
-class HelpFormatter(argparse.HelpFormatter):
-    """Appends "(default: X)" to an option's help when it has a default worth showing and does not say it."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Appends "(default: X)" to an option's help when it has a default worth showing and does not say it;
+    descriptions and epilogs keep their line breaks (format tables)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from searchjax.atomic import atomic_path
+
 OnError = Literal["raise", "skip"]
 
 
@@ -114,15 +116,33 @@ def read_jsonl(
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
-    """Write `rows` as UTF-8 JSONL (one object per line, keys in insertion order); returns the row count."""
+    """Write `rows` as UTF-8 JSONL (one object per line, keys in insertion order); returns the row count.
+
+    Atomic: the rows go to a temporary sibling renamed over `path` once the last one is written, so a failure
+    or a kill while `rows` is still being produced leaves the previous `path` intact and no partial file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             n += 1
     return n
+
+
+def check_fields(row: dict[str, Any], fields: Iterable[str], *, exact: bool = True) -> None:
+    """Raise naming the fields of `fields` that `row` lacks (and, when `exact`, the ones it has besides)."""
+    fields = list(fields)
+    missing = [f for f in fields if f not in row]
+    extra = sorted(set(row) - set(fields)) if exact else []
+    problems = []
+    if missing:
+        problems.append(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+    if extra:
+        problems.append(f"unexpected field{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))}")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def require(row: dict[str, Any], field: str, kind: type | tuple[type, ...]) -> Any:

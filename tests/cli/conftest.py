@@ -25,15 +25,17 @@ def cli(capsys):
 
 @pytest.fixture
 def fails(cli):
-    """fails(match, *argv): the command exits 1 with exactly one stderr line `error: ...` containing `match`."""
+    """fails(match, *argv): the command exits 1 with exactly one stderr line `error: ...` containing `match`;
+    with alone=False, that line is the last one and may follow a summary or warnings."""
 
-    def check(match: str, *argv: str) -> str:
+    def check(match: str, *argv: str, alone: bool = True) -> str:
         code, _, err = cli(*argv)
         assert code == 1, (argv, code, err)
         lines = [line for line in err.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith("error: "), err
-        assert "Traceback" not in err and match in lines[0], (match, err)
-        return lines[0]
+        assert lines and lines[-1].startswith("error: ") and "Traceback" not in err, err
+        assert sum(line.startswith("error: ") for line in lines) == 1 and (len(lines) == 1 or not alone), err
+        assert match in lines[-1], (match, err)
+        return lines[-1]
 
     return check
 
@@ -44,3 +46,14 @@ def tiny_model(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "model"
     assert main(["model", "init", "--preset", "tiny", "--vocab-size", "300", "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def small_world(tmp_path_factory):
+    """A small fictional world (no real-facts part) with its index at WORLD/index."""
+    from searchjax.search import build_index, build_world
+
+    world = tmp_path_factory.mktemp("world") / "w"
+    build_world(world, seed=1, n_docs=600, include_real=False, progress=False)
+    build_index(world / "corpus.jsonl", world / "index", progress=False)
+    return world

@@ -49,7 +49,7 @@ def test_rubric_and_public(tmp_path, capsys):
                 "--out", str(tmp_path / "f.jsonl")]) == 0
     assert json.loads(capsys.readouterr().err)["kept"] == 2
     assert run(["data", "public", "--format", "bamboogle", "--in", str(tmp_path / "missing.csv"),
-                "--out", str(tmp_path / "o.jsonl")]) == 2
+                "--out", str(tmp_path / "o.jsonl")]) == 1
     assert "missing.csv: no such file" in capsys.readouterr().err
 
 
@@ -102,16 +102,16 @@ def test_synth_qa_bad_flags_are_usage_errors(tmp_path, capsys, argv, message):
 
 
 def test_bad_config_and_world_are_clear_errors(world, tmp_path, capsys):
-    base = ["data", "synth-qa", "--out", str(tmp_path / "q.jsonl"), "--quiet"]
-    assert run([*base, "--world", str(tmp_path / "nope")]) == 2
-    assert "kb.jsonl: no such file" in capsys.readouterr().err
-    assert run([*base, "--world", str(world), "--config", str(tmp_path / "missing.yaml")]) == 2
+    base = ["data", "synth-qa", "--out", str(tmp_path / "q.jsonl"), "--quiet", "--overwrite"]
+    assert run([*base, "--world", str(tmp_path / "nope")]) == 1
+    assert "nope: no such directory" in capsys.readouterr().err
+    assert run([*base, "--world", str(world), "--config", str(tmp_path / "missing.yaml")]) == 1
     assert "missing.yaml: no such config file" in capsys.readouterr().err
     cfg = tmp_path / "synth.yaml"
     cfg.write_text("min_hops: 3\nmax_hops: 3\n")
     assert run([*base, "--world", str(world), "--config", str(cfg), "--hops", "2", "--n", "2"]) == 0  # flags win
     cfg.write_text("min_hops: 4\nmax_hops: 2\n")
-    assert run([*base, "--world", str(world), "--config", str(cfg)]) == 2
+    assert run([*base, "--world", str(world), "--config", str(cfg)]) == 1
     err = capsys.readouterr().err
     assert f"{cfg}: " in err and "need 2 <= min_hops <= max_hops" in err
 
@@ -124,7 +124,7 @@ def test_sft_reports_skipped_rows(world, tmp_path, capsys):
     capsys.readouterr()
     argv = ["data", "sft", "--world", str(world), "--index", str(world / "index"), "--qa", str(qa),
             "--out", str(tmp_path / "sft.jsonl")]
-    assert run(argv) == 2
+    assert run(argv) == 1
     assert f"{qa}:" in capsys.readouterr().err  # stops at file:line by default
     assert run([*argv, "--on-error", "skip"]) == 0
     read = json.loads(capsys.readouterr().err)["read_qa"]
@@ -136,9 +136,9 @@ def test_calibrate_unreachable_endpoint_and_bad_k(tmp_path, capsys):
     assert run(["data", "rubric", "--n", "2", "--out", str(tmp_path / "r.jsonl")]) == 0
     base = ["data", "calibrate", "--in", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "c.jsonl")]
     capsys.readouterr()
-    assert run([*base, "--policy-url", "http://127.0.0.1:9/v1"]) == 2  # port 9 (discard): nothing listens
+    assert run([*base, "--policy-url", "http://127.0.0.1:9/v1"]) == 1  # port 9 (discard): nothing listens
     assert "no response after" in capsys.readouterr().err
-    assert run([*base, "--policy-url", "localhost:8000"]) == 2
+    assert run([*base, "--policy-url", "localhost:8000"]) == 1
     assert "must start with http://" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run([*base, "--policy-url", "http://127.0.0.1:9/v1", "--k", "1"])

@@ -22,3 +22,31 @@ def test_unreadable_paths(tmp_path):
         read_jsonl(tmp_path / "missing.jsonl")
     with pytest.raises(DataError, match="is a directory"):
         read_jsonl(tmp_path)
+
+
+def test_write_jsonl_is_atomic(tmp_path):
+    from searchjax.data.jsonl import write_jsonl
+
+    out = tmp_path / "qa.jsonl"
+    assert write_jsonl(out, [{"a": i} for i in range(10)]) == 10
+
+    def dies_midway():
+        for i in range(297):
+            yield {"partial": i}
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        write_jsonl(out, dies_midway())
+    assert [r["a"] for r in read_jsonl(out)[0]] == list(range(10))
+    assert [p.name for p in tmp_path.iterdir()] == ["qa.jsonl"]
+
+
+def test_check_fields_names_only_what_differs():
+    from searchjax.data.jsonl import check_fields
+
+    check_fields({"id": 1, "q": 2}, ["id", "q"])
+    with pytest.raises(ValueError, match=r"^missing field 'id'$"):
+        check_fields({"q": 2}, ["id", "q"])
+    with pytest.raises(ValueError, match=r"^missing fields 'id', 'q'; unexpected field 'x'$"):
+        check_fields({"x": 2}, ["id", "q"])
+    check_fields({"id": 1, "q": 2, "x": 3}, ["id"], exact=False)
