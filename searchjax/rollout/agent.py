@@ -33,9 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from searchjax.chat import encode_conversation, parse_assistant, render_segments
-from searchjax.chat.template import IM_END
+from searchjax.chat.template import IM_END, render_content
 from searchjax.data.prompts import prompt_messages
 from searchjax.rollout.driver import Completion, Request, RolloutDriver
 from searchjax.rollout.records import POLICY, REFERENCE, RolloutRecord
@@ -80,6 +81,12 @@ class PromptItem:
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 0):
             raise ValueError(f"PromptItem {self.prompt_id!r}: budget must be None or an int >= 0, got {b!r}")
 
+    @property
+    def question(self) -> str:
+        """The text of the last user turn (the question of a QA prompt), '' when there is none."""
+        users = [m for m in self.messages if m.get("role") == "user"]
+        return render_content(users[-1].get("content"), f"{self.prompt_id}: user turn") if users else ""
+
     @classmethod
     def from_record(cls, record: Mapping[str, Any], budget: int) -> "PromptItem":
         """From a QA record ({id, question, ...}) or a rubric record ({id, messages, ...}) of the data issue.
@@ -90,12 +97,15 @@ class PromptItem:
 
 
 class _Rollout:
-    """The growing state of one rollout."""
+    """The growing state of one rollout, and its record once it is finished."""
 
-    def __init__(self, item: PromptItem, group_index: int, model: str, key, prompt: list[int], tool: SearchTool):
+    def __init__(self, item: PromptItem, group_index: int, model: str, key, prompt: list[int], tool: SearchTool,
+                 sampling: Sampling, version: int):
         self.item, self.group_index, self.model, self.key, self.tool = item, group_index, model, key, tool
+        self.sampling, self.version = sampling, version
         self.tokens, self.mask, self.logprobs = list(prompt), [0] * len(prompt), [0.0] * len(prompt)
         self.prompt_length, self.rejected, self.turns = len(prompt), 0, 0
+        self.transcript: list[dict[str, Any]] = []
         self.timings = {"decode_s": 0.0, "queued_s": 0.0, "tool_s": 0.0}
         self.t0 = time.perf_counter()
         self.record: RolloutRecord | None = None
@@ -113,6 +123,11 @@ class _Rollout:
         self.mask += [0 if logprobs is None else 1] * len(ids)
         self.logprobs += [0.0] * len(ids) if logprobs is None else [float(x) for x in logprobs]
 
+    def cut(self, max_len: int) -> None:
+        """Keep the first max_len tokens (a prompt that alone fills the cache; it has no policy token)."""
+        self.tokens, self.mask, self.logprobs = self.tokens[:max_len], self.mask[:max_len], self.logprobs[:max_len]
+        self.prompt_length = min(self.prompt_length, max_len)
+
     def finish(self, reason: str, answer: str) -> RolloutRecord:
         self.timings.update(turns=float(self.turns), wall_s=time.perf_counter() - self.t0)
         self.record = RolloutRecord(
@@ -120,6 +135,10 @@ class _Rollout:
             logprobs=self.logprobs, prompt_length=self.prompt_length, tool_calls=self.calls,
             tool_failures=self.tool.failures + self.rejected, response_length=sum(self.mask), answer=answer,
             finish_reason=reason, model=self.model, timings=dict(self.timings), budget=self.tool.max_calls,
+            policy_version=self.version, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+            top_k=self.sampling.top_k, key_impl=str(jax.random.key_impl(self.key)),
+            key_data=np.asarray(jax.random.key_data(self.key)).tolist(), question=self.item.question,
+            turns=self.transcript,
         )
         return self.record
 
@@ -167,9 +186,10 @@ class SearchAgent:
             sampling=self.config.sampling, stop_token_ids=self.stop_ids, tag=r,
         )
 
-    def _execute(self, r: _Rollout, parsed) -> tuple[list[str], bool]:
+    def _execute(self, r: _Rollout, parsed, log: list[dict[str, Any]]) -> tuple[list[str], bool]:
         """Run the turn's tool calls in order: (the responses, whether the rollout ends on "budget").
 
+        Each call is appended to `log` as {name, arguments, ok, error} for the record's transcript.
         A parser-rejected call is not executed, counts as a call and a failure, gets an error response and
         consumes no budget. A well-formed call goes to the rollout's SearchTool, which checks the budget before
         searching from its own count n of well-formed calls: calls n = 1..b search; a call with n > b runs no
@@ -178,18 +198,23 @@ class SearchAgent:
         """
         t0 = time.perf_counter()
         responses, told = [], r.tool.calls > r.tool.max_calls
+        def reject(name: str, arguments: dict, errors: list[str]) -> None:
+            r.rejected += 1
+            responses.append("Error: malformed tool call: " + "; ".join(errors))
+            log.append({"name": name, "arguments": arguments, "ok": False, "error": "malformed: " + "; ".join(errors)})
+
         calls = parsed.tool_calls
         if not calls:  # a stray </tool_call>: a malformed call
-            r.rejected += 1
-            responses.append("Error: malformed tool call: " + "; ".join(parsed.errors or ["no <tool_call> block"]))
+            reject("", {}, parsed.errors or ["no <tool_call> block"])
         ends = False
         for call in calls:
             if call.ok and call.name == TOOL_NAME:
-                responses.append(r.tool.call(dict(call.arguments)).text)
+                result = r.tool.call(dict(call.arguments))
+                responses.append(result.text)
+                log.append({"name": call.name, "arguments": dict(call.arguments), "ok": result.ok, "error": result.error})
                 ends = ends or told
             else:
-                r.rejected += 1
-                responses.append("Error: malformed tool call: " + "; ".join(call.errors or [f"unknown tool {call.name!r}"]))
+                reject(call.name, dict(call.arguments), call.errors or [f"unknown tool {call.name!r}"])
         r.timings["tool_s"] += time.perf_counter() - t0
         return responses, ends
 
@@ -200,7 +225,10 @@ class SearchAgent:
         r.turns += 1
         r.timings["decode_s"] += c.decode_s
         r.timings["queued_s"] += c.queued_s
-        parsed = parse_assistant(self.tokenizer.decode(c.tokens), list(TOOLS), thinking=self.config.enable_thinking)
+        text = self.tokenizer.decode(c.tokens)
+        parsed = parse_assistant(text, list(TOOLS), thinking=self.config.enable_thinking)
+        turn: dict[str, Any] = {"text": text, "tool_calls": []}
+        r.transcript.append(turn)
         if c.finish_reason in ("context", "max_tokens"):
             r.finish(c.finish_reason, parsed.content)
             return []
@@ -208,14 +236,16 @@ class SearchAgent:
         if not called:
             r.finish("answer", parsed.content)
             return []
-        responses, over_budget = self._execute(r, parsed)
+        responses, over_budget = self._execute(r, parsed, turn["tool_calls"])
         if over_budget:
             r.finish("budget", parsed.content)
             return []
-        r.add(self.tool_turn_ids(responses, close_turn=int(c.tokens[-1]) != self.im_end), None)
-        if len(r.tokens) >= self.driver.engine.max_len:
+        harness = self.tool_turn_ids(responses, close_turn=int(c.tokens[-1]) != self.im_end)
+        if len(r.tokens) + len(harness) >= self.driver.engine.max_len:
+            # No room to generate after the tool response: end here, so the record fits the cache (max_len).
             r.finish("context", parsed.content)
             return []
+        r.add(harness, None)
         if sum(r.mask) >= self.config.max_new_tokens:
             r.finish("max_tokens", parsed.content)
             return []
@@ -227,13 +257,15 @@ class SearchAgent:
     ) -> list[RolloutRecord]:
         """Roll out every item `group_size` times (policy) or once (reference, group_index −1)."""
         states = []
+        version = self.driver.version if model == POLICY else -1
         for p, item in enumerate(items):
             prompt = self.prompt_ids(item)
             base = jax.random.fold_in(key, p)
             indices = range(group_size) if model == POLICY else [-1]
             for i in indices:
                 k = jax.random.fold_in(base, group_size if i < 0 else i)
-                states.append(_Rollout(item, i, model, k, prompt, SearchTool(self.backend, self.budget(item))))
+                tool = SearchTool(self.backend, self.budget(item))
+                states.append(_Rollout(item, i, model, k, prompt, tool, self.config.sampling, version))
 
         def on_finish(c: Completion) -> list[Request]:
             follow = self.on_turn(c)
@@ -244,7 +276,9 @@ class SearchAgent:
         runnable = []
         for r in states:
             if len(r.tokens) >= self.driver.engine.max_len:
-                # The prompt alone fills the cache: a complete (empty) record, not an error that ends the batch.
+                # The prompt alone fills the cache: a complete (empty) record, not an error that ends the batch,
+                # cut to max_len like every record.
+                r.cut(self.driver.engine.max_len)
                 r.finish("context", "")
                 if on_record is not None:
                     on_record(r.record)
@@ -261,16 +295,17 @@ def run_rollouts(
     """G policy rollouts per prompt, then (with reference_params) one reference rollout per prompt.
 
     The reference rollouts run through the same driver with the reference weights swapped in (no recompile);
-    the policy weights are restored afterwards.
+    the policy weights and the driver's policy version are restored afterwards. Policy records carry the
+    driver's `version` (bumped by every `set_params`), reference records policy_version −1.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     records = agent.rollouts(items, group_size, key, POLICY, on_record)
     if reference_params is not None:
-        policy = agent.driver.params
+        policy, version = agent.driver.params, agent.driver.version
         agent.driver.set_params(reference_params)
         try:
             records += agent.rollouts(items, group_size, key, REFERENCE, on_record)
         finally:
-            agent.driver.params = policy
+            agent.driver.params, agent.driver.version = policy, version
     return records

@@ -8,7 +8,8 @@ stops. Finish reasons:
     stop_token   the last token is one of the request's stop ids (it is kept: the trainer sees it)
     stop_string  the decoded tail of the generation contains one of the request's stop strings
     max_tokens   max_new_tokens were generated
-    context      the slot's cache is full (prompt + generation reached the engine's max_len)
+    context      prompt + generation reached the engine's max_len (the cache is full); a sequence never has
+                 more than max_len tokens, so a record of it fits the trainer's [·, max_len] arrays
 
 The loop is pipelined: step t+1 is dispatched before the tokens of step t are read on the host, so host work
 overlaps device work. A slot that finished at step t therefore runs one wasted step, whose token is ignored.
@@ -98,10 +99,11 @@ class RolloutDriver:
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.params = engine.place_params(params)
+        self.version = 0  # the policy version: how many times set_params swapped the weights in
         self.stats = DriverStats()
 
     def set_params(self, params: Any) -> None:
-        """Swap the weights (e.g. policy ↔ reference, or after a train step) without recompiling.
+        """Swap the weights (e.g. policy ↔ reference, or after a train step) without recompiling; version += 1.
 
         The new tree must match the old one in structure, shapes and dtypes, or a ValueError names the leaf.
         """
@@ -115,14 +117,16 @@ class RolloutDriver:
                     f"set_params: {jax.tree_util.keystr(path)} is {b.shape} {b.dtype}, expected {a.shape} {a.dtype}"
                 )
         self.params = self.engine.place_params(params)
+        self.version += 1
 
     # ------------------------------------------------------------------ admission
     def _check(self, request: Request) -> None:
         n, vocab = len(request.prompt), self.engine.cfg.vocab_size
         if n == 0:
             raise ValueError(f"request {request.tag!r}: empty prompt")
-        if n > self.engine.max_len:
-            raise ValueError(f"request {request.tag!r}: prompt of {n} tokens exceeds the cache length {self.engine.max_len}")
+        if n >= self.engine.max_len:
+            raise ValueError(f"request {request.tag!r}: prompt of {n} tokens leaves no room to generate in the cache "
+                             f"of {self.engine.max_len} positions")
         if request.max_new_tokens < 1:
             raise ValueError(f"request {request.tag!r}: max_new_tokens must be >= 1, got {request.max_new_tokens}")
         bad = [t for t in request.prompt if not 0 <= t < vocab]
@@ -232,6 +236,8 @@ class RolloutDriver:
                 return "stop_string", hit
         if len(live.tokens) >= live.request.max_new_tokens:
             return "max_tokens", None
+        if len(live.request.prompt) + len(live.tokens) >= self.engine.max_len:
+            return "context", None
         return None, None
 
     @staticmethod

@@ -7,9 +7,19 @@ tool-response ids; never a re-tokenisation of decoded text), with
     logprobs[t]  = log μ_infer(tokens[t])  where loss_mask[t] = 1, else 0     (RECIPE.md §2)
     response_length = Σ_t loss_mask[t]       (|o_i|, the policy tokens)
     tool_calls = c_i, tool_failures = e_i    (RECIPE.md §4, tool-call efficiency)
-    budget = b                               the search_web calls the rollout could execute
+    len(tokens) <= the engine's max_len      (also for finish_reason "context": the record fits the trainer's arrays)
 
-Fields added after the first release default to None, so older JSONL files still read.
+and how it was sampled, for the trainer (the same temperature, top-p, top-k in log π; RECIPE.md §2) and for
+replay: temperature, top_p, top_k; policy_version (the driver's weights version, −1 for the reference model);
+key_impl and key_data (the rollout's typed PRNG key as data, `prng_key()` rebuilds it: turn t's request key is
+fold_in(key, t), its n-th token fold_in(that, n)); budget = b, the search_web calls it could execute.
+
+For a human reader (the arrays stay for training): question (the last user turn), turns (one
+{text, tool_calls} per assistant turn: the decoded generation, and each call's {name, arguments, ok, error}),
+answer; gold and r_base are left None for the caller (an evaluation or reward stage) to fill.
+
+Fields added after the first release default to None, so older JSONL files still read (with those fields
+None); a field of the wrong type is an error naming it.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 from searchjax.data import jsonl
@@ -45,11 +56,33 @@ class RolloutRecord:
     model: str = POLICY
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     budget: int | None = None
+    policy_version: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    key_impl: str | None = None
+    key_data: list[int] | None = None
+    question: str | None = None
+    turns: list[dict[str, Any]] | None = None
+    gold: Any = None
+    r_base: float | None = None
+
+    def prng_key(self) -> jax.Array:
+        """The rollout's typed PRNG key, rebuilt from key_impl and key_data."""
+        if self.key_data is None or self.key_impl is None:
+            raise ValueError(f"record {self.prompt_id}/{self.group_index}: no key_data/key_impl (an older record)")
+        return jax.random.wrap_key_data(np.asarray(self.key_data, np.uint32), impl=self.key_impl)
 
     def check(self) -> None:
-        """Raise ValueError naming the field when the record is internally inconsistent."""
+        """Raise ValueError naming the field when the record is internally inconsistent or mistyped."""
         n = len(self.tokens)
         where = f"record {self.prompt_id}/{self.group_index}"
+        for name, (kinds, described) in _OPTIONAL_TYPES.items():
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+                raise ValueError(f"{where}: field {name} must be {described} or null, got {value!r:.60}")
+        if self.key_data is not None and not all(isinstance(x, int) and 0 <= x < 2**32 for x in self.key_data):
+            raise ValueError(f"{where}: field key_data must be a list of uint32 ints, got {self.key_data!r:.60}")
         if len(self.loss_mask) != n or len(self.logprobs) != n:
             raise ValueError(f"{where}: tokens/loss_mask/logprobs lengths {n}/{len(self.loss_mask)}/{len(self.logprobs)}")
         if sum(self.loss_mask) != self.response_length:
@@ -61,6 +94,13 @@ class RolloutRecord:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RolloutRecord)}
+# The later fields' JSON types and how an error names them (gold may be any JSON value).
+_INT, _NUMBER = ((int,), "an int"), ((int, float), "a number")
+_OPTIONAL_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "budget": _INT, "policy_version": _INT, "temperature": _NUMBER, "top_p": _NUMBER, "top_k": _INT,
+    "key_impl": ((str,), "a string"), "key_data": ((list,), "a list"), "question": ((str,), "a string"),
+    "turns": ((list,), "a list"), "r_base": _NUMBER,
+}
 
 
 def record_from_dict(row: dict[str, Any]) -> RolloutRecord:

@@ -6,6 +6,8 @@ groups / reference / μ_infer tests use the real engine.
 """
 
 import dataclasses
+import itertools
+import json
 import types
 
 import jax
@@ -43,29 +45,34 @@ class CountingBackend(MemoryBackend):
 
 
 class ScriptedDriver:
-    """Plays `script[turn]` for every rollout, stopping like the real driver (stop ids, then max_new_tokens).
-
-    A text without a stop token is repeated until max_new_tokens: a model that never stops.
+    """Plays `script[turn]` for every rollout, stopping like the real driver (a stop id, then max_new_tokens,
+    then the cache: prompt + generation = max_len). A text without a stop token repeats: a model that never stops.
     """
 
     def __init__(self, tokenizer, script, max_len=4096):
         self.tokenizer, self.script = tokenizer, script
         self.engine = types.SimpleNamespace(max_len=max_len)
-        self.params = None
+        self.params, self.version = None, 0
+
+    def set_params(self, params):
+        self.params, self.version = params, self.version + 1
 
     def run(self, requests, on_finish=None):
         pending, done = list(requests), []
         while pending:
             r = pending.pop(0)
-            turn = r.tag.turns
-            ids = self.tokenizer.encode(self.script[min(turn, len(self.script) - 1)])
-            while len(ids) < r.max_new_tokens and not set(ids) & set(r.stop_token_ids):
-                ids = ids + ids
-            stop = next((k for k, t in enumerate(ids) if t in r.stop_token_ids), None)
-            if stop is not None and stop < r.max_new_tokens:
-                ids, reason, token = ids[: stop + 1], "stop_token", ids[stop]
-            else:
-                ids, reason, token = ids[: r.max_new_tokens], "max_tokens", None
+            text = self.tokenizer.encode(self.script[min(r.tag.turns, len(self.script) - 1)])
+            ids, reason, token = [], None, None
+            for t in itertools.cycle(text):
+                ids.append(t)
+                if t in r.stop_token_ids:
+                    reason, token = "stop_token", t
+                elif len(ids) >= r.max_new_tokens:
+                    reason = "max_tokens"
+                elif len(r.prompt) + len(ids) >= self.engine.max_len:
+                    reason = "context"
+                if reason:
+                    break
             c = Completion(r, np.asarray(ids, np.int32), np.full(len(ids), LOGP, np.float32), reason, token, 0.0, 0.0)
             done.append(c)
             pending += list(on_finish(c) or ()) if on_finish else []
@@ -76,9 +83,9 @@ def _item(question="What is the capital of France?", budget=2):
     return PromptItem.from_record({"id": "q1", "question": question, "answer": "Paris"}, budget)
 
 
-def _run(tokenizer, script, budget=2, max_new=200, backend=None):
+def _run(tokenizer, script, budget=2, max_new=200, backend=None, driver=None):
     backend = backend or CountingBackend(DOCS)
-    agent = SearchAgent(ScriptedDriver(tokenizer, script), backend, AgentConfig(budget, max_new))
+    agent = SearchAgent(driver or ScriptedDriver(tokenizer, script), backend, AgentConfig(budget, max_new))
     records = run_rollouts(agent, [_item(budget=budget)], 1, jax.random.key(0))
     assert len(records) == 1
     records[0].check()
@@ -211,7 +218,59 @@ def test_a_prompt_longer_than_the_cache_gives_a_context_record_not_an_error(toke
     for r in records:
         r.check()
         assert (r.response_length, r.tool_calls, r.answer) == (0, 0, "")
-        assert r.prompt_length == len(r.tokens) > 64
+        assert r.prompt_length == len(r.tokens) == 64 and r.tokens == agent.prompt_ids(_item())[:64]
+
+
+@pytest.mark.parametrize("script, room, searched", [
+    (["the river Avon "], 10, 0),  # the cache fills during a generation
+    ([CALL, ANSWER], None, 1),  # the call is made, its tool response does not fit
+])
+def test_context_records_fit_max_len(tokenizer, script, room, searched):
+    prompt = len(SearchAgent(ScriptedDriver(tokenizer, script), MemoryBackend(DOCS), AgentConfig()).prompt_ids(_item()))
+    max_len = prompt + (room or len(tokenizer.encode(CALL)) + 5)
+    record, backend, _ = _run(tokenizer, script, max_new=400, driver=ScriptedDriver(tokenizer, script, max_len))
+    assert record.finish_reason == "context" and len(record.tokens) <= max_len and len(backend.queries) == searched
+    assert len(record.tokens) == (max_len if room else prompt + len(tokenizer.encode(CALL)))
+
+
+def test_records_carry_sampling_key_version_and_a_readable_transcript(tokenizer, tmp_path):
+    driver = ScriptedDriver(tokenizer, [BAD, CALL, ANSWER])
+    driver.version = 3
+    sampling = Sampling(0.6, 0.9, 20)
+    agent = SearchAgent(driver, CountingBackend(DOCS), AgentConfig(1, 400, sampling))
+    key = jax.random.key(11)
+    records = run_rollouts(agent, [_item(budget=1)], 2, key, reference_params=object())
+    a = records[1]
+    assert (a.temperature, a.top_p, a.top_k, a.policy_version, a.budget) == (0.6, 0.9, 20, 3, 1)
+    assert [r.policy_version for r in records] == [3, 3, -1] and driver.version == 3
+    np.testing.assert_array_equal(jax.random.key_data(a.prng_key()),
+                                  jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, 0), 1)))
+    assert a.question == "What is the capital of France?" and a.gold is None and a.r_base is None
+    assert [t["text"] for t in a.turns] == [BAD, CALL, ANSWER]
+    assert [[(c["name"], c["arguments"], c["ok"]) for c in t["tool_calls"]] for t in a.turns] == [
+        [("", {}, False)], [("search_web", {"query": "capital of France"}, True)], []]
+    assert a.turns[0]["tool_calls"][0]["error"].startswith("malformed: ")
+    path = tmp_path / "r.jsonl"
+    write_jsonl(records, path)
+    assert read_jsonl(path) == records
+
+
+def test_old_records_read_and_mistyped_fields_are_named(tokenizer, tmp_path):
+    record, _, _ = _run(tokenizer, [CALL, ANSWER])
+    old = {k: v for k, v in dataclasses.asdict(record).items() if k in OLD_FIELDS}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n" + json.dumps(dict(old, policy_version="3")) + "\n")
+    with pytest.raises(ValueError, match=r"old.jsonl:2: .*field policy_version must be an int or null, got '3'"):
+        read_jsonl(path)
+    path.write_text(json.dumps(old) + "\n")
+    (back,) = read_jsonl(path)
+    assert back.tokens == record.tokens and (back.policy_version, back.temperature, back.turns) == (None, None, None)
+    with pytest.raises(ValueError, match="no key_data"):
+        back.prng_key()
+
+
+OLD_FIELDS = ("prompt_id", "group_index", "tokens", "loss_mask", "logprobs", "prompt_length", "tool_calls",
+              "tool_failures", "response_length", "answer", "finish_reason", "model", "timings")
 
 
 def test_records_round_trip_jsonl_and_pad(tokenizer, tmp_path):

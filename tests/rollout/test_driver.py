@@ -123,7 +123,7 @@ def test_full_cache_finishes_with_context(engine, driver, tokenizer):
     prompt = tuple((tokenizer.encode(PROMPTS[1]) * 200)[: engine.max_len - 3])  # chunked prefill: 16 chunks
     c = driver.run([Request(prompt, 50, jax.random.key(1), Sampling(0.0))])[0]
     assert c.finish_reason == "context"
-    assert len(prompt) + len(c.tokens) == engine.max_len + 1  # the last sampled token needs no cache slot
+    assert len(prompt) + len(c.tokens) == engine.max_len  # a sequence never outgrows the cache
 
 
 def test_params_swap_does_not_recompile(engine, driver, params, tokenizer):
@@ -150,6 +150,8 @@ def test_bad_requests_are_rejected(driver, engine):
         driver.run([Request((engine.cfg.vocab_size,), 4, jax.random.key(0))])
     with pytest.raises(ValueError, match="max_new_tokens"):
         driver.run([Request((1, 2), 0, jax.random.key(0))])
+    with pytest.raises(ValueError, match="no room to generate"):
+        driver.run([Request((1,) * engine.max_len, 4, jax.random.key(0))])
 
 
 @pytest.mark.slow
