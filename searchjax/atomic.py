@@ -61,7 +61,12 @@ def _fsync_one(path: Path, flags: int) -> None:
 
 def _install(tmp: Path, path: Path) -> None:
     """Rename `tmp` over `path`, replacing whatever is there whole (a directory cannot be renamed over a
-    non-empty one, so an old directory is first moved aside and removed after the switch)."""
+    non-empty one, so an old directory is first moved aside and removed after the switch). A file never
+    replaces a directory, nor a directory a file: that is a wrong path, not an update."""
+    if path.exists() and path.is_dir() != tmp.is_dir():
+        kind = "directory" if path.is_dir() else "file"
+        raise (IsADirectoryError if path.is_dir() else NotADirectoryError)(
+            f"{path} is a {kind}; refusing to replace it with a {'file' if kind == 'directory' else 'directory'}")
     if path.is_dir() and not path.is_symlink():
         old = temp_sibling(path, "old")
         os.replace(path, old)

@@ -19,6 +19,7 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from searchjax.atomic import atomic_path
 from searchjax.chat.template import render_segments
 
 # Qwen3.5's added tokens in id order, starting at 248044 (QWEN35.md §6.3).
@@ -106,8 +107,10 @@ class Tokenizer:
         return self.hf.token_to_id(token)
 
     def save(self, path: str | os.PathLike) -> None:
+        """Write tokenizer.json atomically (a temporary sibling renamed over `path`)."""
         try:
-            self.hf.save(os.fspath(path))
+            with atomic_path(path) as tmp:
+                self.hf.save(os.fspath(tmp))
         except Exception as err:  # the Rust writer raises a bare Exception (missing folder, a directory, ...)
             raise OSError(f"cannot write {os.fspath(path)}: {err}") from err
 
@@ -126,26 +129,36 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     return Tokenizer(hf, source=path)
 
 
+def _utf8_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a file's lines; a byte that is not UTF-8 is a ValueError naming file:line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                                 f"{err.start + 1})") from None
+
+
 def iter_corpus_texts(paths: Iterable[str | os.PathLike]) -> Iterator[str]:
     """Texts of corpus files: ``.jsonl`` lines give ``title`` and ``text`` fields; other files give lines."""
     for path in paths:
         path = os.fspath(path)
-        with open(path, encoding="utf-8") as f:
-            if not path.endswith(".jsonl"):
-                yield from f
+        if not path.endswith(".jsonl"):
+            yield from (line for _, line in _utf8_lines(path))
+            continue
+        for lineno, line in _utf8_lines(path):
+            if not line.strip():
                 continue
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{lineno}: invalid JSON ({err.msg})") from err
-                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise ValueError(f"{path}:{lineno}: expected an object with a string 'text' field")
-                if not isinstance(record.get("title", ""), str):
-                    raise ValueError(f"{path}:{lineno}: field 'title' must be a string")
-                yield f"{record.get('title', '')}\n{record['text']}\n"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({err.msg})") from err
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise ValueError(f"{path}:{lineno}: expected an object with a string 'text' field")
+            if not isinstance(record.get("title", ""), str):
+                raise ValueError(f"{path}:{lineno}: field 'title' must be a string")
+            yield f"{record.get('title', '')}\n{record['text']}\n"
 
 
 def new_bpe_tokenizer() -> tokenizers.Tokenizer:
@@ -164,7 +177,8 @@ def train_tokenizer(
     """Train a byte-level BPE on ``corpus`` files (see `iter_corpus_texts`) and save it to ``out``.
 
     ``vocab_size`` counts everything: 256 byte tokens, the learned merges and the 33 Qwen3.5 added tokens,
-    which take the last ids. (A small corpus may learn fewer merges than asked.)
+    which take the last ids. A small corpus may learn fewer merges than asked (the returned tokenizer's
+    `vocab_size` says how many); a corpus with no text is a ValueError, as it could learn none.
     """
     floor = 256 + len(QWEN35_SPECIAL_TOKENS) + 1
     if vocab_size < floor:
@@ -181,7 +195,17 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    hf.train_from_iterator(iter_corpus_texts(corpus), trainer=trainer)
+    chars = 0
+
+    def texts() -> Iterator[str]:
+        nonlocal chars
+        for text in iter_corpus_texts(corpus):
+            chars += len(text.strip())
+            yield text
+
+    hf.train_from_iterator(texts(), trainer=trainer)
+    if chars == 0:
+        raise ValueError(f"the corpus {', '.join(map(os.fspath, corpus))} holds no text to learn merges from")
     hf.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in QWEN35_SPECIAL_TOKENS])
     tok = Tokenizer(hf, source="trained")
     if out is not None:

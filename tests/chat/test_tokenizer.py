@@ -128,17 +128,38 @@ def test_cli_tokenizer_train(tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
     assert load_tokenizer(out).vocab_size <= 400
     (tmp_path / "bad.jsonl").write_text('{"title": "t", "text": 5}\n')
-    bad = [(["--corpus", str(tmp_path / "missing.txt")], "corpus file not found"),
+    (tmp_path / "latin1.txt").write_bytes("ok\ncaf\xe9\n".encode("latin-1"))
+    (tmp_path / "empty.txt").write_text("\n\n")
+    new_out = str(tmp_path / "new.json")
+    bad = [(["--corpus", str(tmp_path / "missing.txt")], "--corpus " + str(tmp_path / "missing.txt") + ": no such"),
            (["--corpus", str(tmp_path / "bad.jsonl")], "bad.jsonl:1: expected an object with a string 'text'"),
-           (["--corpus", str(tmp_path / "corpus.jsonl"), "--vocab-size", "10"], "vocab_size must be at least"),
-           (["--out", str(tmp_path / "no" / "tok.json")], "output folder"),
-           (["--out", str(tmp_path)], "cannot write")]  # fmt: skip
+           (["--corpus", str(tmp_path / "latin1.txt")], "latin1.txt:2: not UTF-8 (byte 0xe9 at column 4)"),
+           (["--corpus", str(tmp_path / "empty.txt")], "holds no text"),
+           (["--out", str(tmp_path / "no" / "tok.json")], "does not exist"),
+           (["--out", str(tmp_path)], "is a directory"),
+           (["--out", str(out)], "exists (pass --overwrite")]  # fmt: skip
     for extra, message in bad:
         argv = ["tokenizer", "train", "--corpus", str(tmp_path / "corpus.jsonl"), "--vocab-size", "400",
-                "--out", str(out), *extra]  # later flags win
+                "--out", new_out, *extra]  # later flags win
         args = parser.parse_args(argv)
         assert args.func(args) == 1
-        assert message in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, (message, err)
+        assert not (tmp_path / "new.json").exists()
+    with pytest.raises(SystemExit):  # below the floor of 256 bytes + 33 specials + 1: a usage error
+        parser.parse_args(["tokenizer", "train", "--corpus", "c", "--vocab-size", "10", "--out", new_out])
+    assert "--vocab-size: expected an integer >= 290, got 10" in capsys.readouterr().err
+
+
+def test_cli_tokenizer_train_says_when_the_vocabulary_is_smaller_than_asked(tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("a tiny corpus of one line\n")
+    parser = argparse.ArgumentParser()
+    tokenizer_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["tokenizer", "train", "--corpus", str(tmp_path / "one.txt"), "--vocab-size",
+                              "100000", "--out", str(tmp_path / "tok.json")])
+    assert args.func(args) == 0
+    err = capsys.readouterr().err
+    assert "warning: the corpus gave only" in err and "of the 100,000 asked" in err
 
 
 QWEN3_TOKENIZER = os.path.join(

@@ -54,6 +54,13 @@ def test_failed_directory_build_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_file_never_replaces_a_directory(tmp_path):
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError), atomic_path(tmp_path / "d") as tmp:
+        tmp.write_text("x")
+    assert (tmp_path / "d").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
 def test_nothing_written_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothing was written"), atomic_path(tmp_path / "x"):
         pass
