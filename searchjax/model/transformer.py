@@ -107,31 +107,37 @@ def _zero_linear_state(cfg: ModelConfig, b: int, dtype):
 
 @functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
 def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False,
-                  return_aux: bool = False):
-    """Final-normed hidden states [B,T,D] of tokens [B,T] (no cache; every token valid).
+                  return_aux: bool = False, valid: jax.Array | None = None):
+    """Final-normed hidden states [B,T,D] of tokens [B,T] (no cache).
 
-    With return_aux=True returns (h, aux) where aux["router_aux_loss"] is the load-balancing loss L_aux
-    (moe.py docstring; multiply by cfg.router_aux_loss_coef in a training loss). remat=True rematerialises each
-    layer cycle in the backward pass. Logits are `unembed(params, h)` (params.unembed is the [V,D] matrix).
+    valid [B,T] bool marks the real tokens of a right-padded batch (default: every token). It keeps padding out
+    of the router statistics, so L_aux counts R = Σ valid rows per layer (moe.py); the hidden states of real
+    tokens do not depend on it (causality already hides the padding after them), those of padding are
+    meaningless. With return_aux=True returns (h, aux) where aux["router_aux_loss"] is the load-balancing loss
+    L_aux (multiply by cfg.router_aux_loss_coef in a training loss). remat=True rematerialises each layer cycle
+    in the backward pass. Logits are `unembed(params, h)` (params.unembed is the [V,D] matrix).
     """
     b, t = tokens.shape
     x = _embed(params, tokens)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    valid = jnp.ones((b, t), bool)
+    every = jnp.ones((b, t), bool)
     conv0, state0 = _zero_linear_state(cfg, b, x.dtype)
     mixers = {
-        LINEAR: lambda p, xn, c: (deltanet(p, xn, valid, conv0, state0, cfg)[0], None),
+        LINEAR: lambda p, xn, c: (deltanet(p, xn, every, conv0, state0, cfg)[0], None),
         FULL: lambda p, xn, c: (gated_attention(p, xn, pos, cfg), None),
     }
-    x, stats, _ = _run_layers(params, x, valid, cfg, mixers, (None, None), remat)
+    routed = every if valid is None else jnp.asarray(valid, bool)
+    x, stats, _ = _run_layers(params, x, routed, cfg, mixers, (None, None), remat)
     h = rms_norm(x, params.final_norm, cfg.rms_norm_eps)
     return (h, {"router_aux_loss": stats.aux_loss()}) if return_aux else h
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
-def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False, return_aux: bool = False):
-    """Logits float32 [B,T,V] of int32 tokens [B,T] (§3.1); with return_aux=True, (logits, aux) as hidden_states."""
-    out = hidden_states(params, tokens, cfg, remat=remat, return_aux=return_aux)
+def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False, return_aux: bool = False,
+            valid: jax.Array | None = None):
+    """Logits float32 [B,T,V] of int32 tokens [B,T] (§3.1); with return_aux=True, (logits, aux); `valid` as in
+    hidden_states."""
+    out = hidden_states(params, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid)
     h, aux = out if return_aux else (out, None)
     logits = unembed(params, h)
     return (logits, aux) if return_aux else logits
