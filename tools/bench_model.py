@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from searchjax.train.flops import model_flops
+
 
 def best_time(fn, reps: int) -> float:
     """Minimum wall time of fn() over `reps` runs after one warm-up (fn must block until done)."""
@@ -123,18 +125,6 @@ def step_time(cfg, reps: int, batch: int, seq: int) -> float:
     tokens = jnp.asarray(np.random.default_rng(2).integers(3, cfg.vocab_size, (batch, seq + 1)), jnp.int32)
     step = _train_step(cfg)
     return best_time(lambda: jax.block_until_ready(step(params, tokens)), reps)
-
-
-def model_flops(cfg, batch: int, seq: int, backward: bool = True) -> float:
-    """Useful FLOPs of a forward (2×) or forward+backward (6×) pass: that factor × matmul parameters used per token
-    × tokens, + attention scores and values (forward 4·B·T²·N·H per full-attention layer, halved for causality;
-    ×3 with the backward). The embedding gather is no matmul; the delta rule, norms and softmaxes are not counted."""
-    from searchjax.model import param_count
-
-    matmul_params = param_count(cfg, active=True) - cfg.vocab_size * cfg.hidden_size
-    factor = 3 if backward else 1
-    attn = factor * 4 * batch * seq**2 * cfg.num_attention_heads * cfg.head_dim * cfg.num_full_layers // 2
-    return 2 * factor * matmul_params * batch * seq + attn
 
 
 def train_flops(cfg, batch: int, seq: int) -> float:

@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "searchjax.cli.search",
     "searchjax.cli.demo",
     "searchjax.cli.model",
+    "searchjax.cli.eval",
+    "searchjax.cli.train",
 )
 
 

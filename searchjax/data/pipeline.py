@@ -170,12 +170,12 @@ class Encoder:
                  "lengths": np.zeros((B,), np.int32), "source": np.array([s for s, _ in pairs], np.int32),
                  "records": tuple(r for _, r in pairs)}
         for b, (_, record) in enumerate(pairs):
-            ids, mask = self._fit(*encoded[b], record)
+            ids, mask = self.fit(*encoded[b], record)
             batch["input_ids"][b, : len(ids)], batch["loss_mask"][b, : len(ids)] = ids, mask
             batch["lengths"][b] = len(ids)
         return batch
 
-    def _fit(self, ids: np.ndarray, mask: np.ndarray, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def fit(self, ids: np.ndarray, mask: np.ndarray, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         T = self.cfg.max_len
         if len(ids) > T:
             if self.cfg.overflow == "error":

@@ -34,6 +34,7 @@ from searchjax.data.questions import PIN_RELATIONS, Step, describe, mentions
 from searchjax.data.solvers import SearchSolver, SearchTrace, parse_results
 from searchjax.data.synth import FORMAT_INSTRUCTIONS
 from searchjax.search import SearchBackend, SearchTool
+from searchjax.search.tool import MAX_RESULTS
 from searchjax.search.world import KnowledgeBase
 
 TRAJECTORY_CATEGORIES = ("single_turn", "two_turn", "multi_turn")
@@ -79,9 +80,10 @@ def _final_turn(trace: SearchTrace, fmt: str | None) -> dict[str, Any]:
 class SFTBuilder:
     """Runs the search-only expert over QA records and writes SFT examples (see the module docstring)."""
 
-    def __init__(self, kb: KnowledgeBase, backend: SearchBackend, *, tool_budget: int = 5, seed: int = 0):
-        self.kb, self.backend, self.tool_budget = kb, backend, tool_budget
-        self.expert = SearchSolver(backend, max_calls=tool_budget)
+    def __init__(self, kb: KnowledgeBase, backend: SearchBackend, *, tool_budget: int = 5, seed: int = 0,
+                 max_results: int = MAX_RESULTS):
+        self.kb, self.backend, self.tool_budget, self.max_results = kb, backend, tool_budget, max_results
+        self.expert = SearchSolver(backend, max_calls=tool_budget, max_results=max_results)
         self.rng = random.Random(seed)
         self.summary: Counter = Counter()
 
@@ -103,7 +105,8 @@ class SFTBuilder:
         name = record["answer"]
         question = f"What is {describe(rel.relation, 'o', name)}?"
         trace = SearchTrace(found=[name])
-        value = self.expert._step(SearchTool(self.backend, self.tool_budget), Step(rel.relation, "o"), name, trace)
+        tool = SearchTool(self.backend, self.tool_budget, self.max_results)
+        value = self.expert._step(tool, Step(rel.relation, "o"), name, trace)
         if value != rel.value:
             return None
         phrase = describe(rel.relation, "o", name)
@@ -137,7 +140,7 @@ class SFTBuilder:
             return None
         relation = self.rng.choice(("founded_year", "born_year", "published_year", "population"))
         phrase = describe(relation, "o", name)
-        tool = SearchTool(self.backend, self.tool_budget)
+        tool = SearchTool(self.backend, self.tool_budget, self.max_results)
         query = phrase.removeprefix("the ")
         result = tool.call({"query": query})
         if any(mentions(snippet + " " + title, name) for title, _, snippet in parse_results(result.text)):

@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 
 from searchjax.data.questions import Step, describe, parse_question
 from searchjax.search import SearchBackend, SearchTool
+from searchjax.search.tool import MAX_RESULTS
 from searchjax.search.world import KnowledgeBase
 from searchjax.search.world.schema import RELATIONS
 
@@ -151,8 +152,8 @@ class SearchSolver:
 
     name = "search"
 
-    def __init__(self, backend: SearchBackend, max_calls: int = 5):
-        self.backend, self.max_calls = backend, max_calls
+    def __init__(self, backend: SearchBackend, max_calls: int = 5, max_results: int = MAX_RESULTS):
+        self.backend, self.max_calls, self.max_results = backend, max_calls, max_results
 
     def solve(self, question: str) -> SearchTrace:
         trace = SearchTrace()
@@ -160,7 +161,7 @@ class SearchSolver:
         if len(readings) != 1:
             trace.reason = "unparseable" if not readings else "ambiguous_reading"
             return trace
-        tool = SearchTool(self.backend, max_calls=self.max_calls)
+        tool = SearchTool(self.backend, max_calls=self.max_calls, max_results=self.max_results)
         known = readings[0][0].value
         for step in readings[0]:
             name = self._step(tool, step, known, trace)

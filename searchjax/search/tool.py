@@ -105,13 +105,19 @@ def render_results(query: str, results: list[SearchResult]) -> str:
 
 
 class SearchTool:
-    """Per-rollout search_web state: the call budget and the counters c_i (`calls`), e_i (`failures`)."""
+    """Per-rollout search_web state: the call budget and the counters c_i (`calls`), e_i (`failures`).
 
-    def __init__(self, backend: SearchBackend, max_calls: int = TRAIN_MAX_CALLS):
+    `max_results` (1..MAX_RESULTS) is how many results a call shows: the contract's ceiling is 10; a small policy
+    trained on CPU sees fewer, so that a trajectory fits its context (the SFT data and the rollouts must agree)."""
+
+    def __init__(self, backend: SearchBackend, max_calls: int = TRAIN_MAX_CALLS, max_results: int = MAX_RESULTS):
         if not isinstance(max_calls, int) or isinstance(max_calls, bool) or max_calls < 0:
             raise ValueError(f"max_calls must be a non-negative int, got {max_calls!r}")
+        if not isinstance(max_results, int) or isinstance(max_results, bool) or not 1 <= max_results <= MAX_RESULTS:
+            raise ValueError(f"max_results must be an int in [1, {MAX_RESULTS}], got {max_results!r}")
         self.backend = backend
         self.max_calls = max_calls
+        self.max_results = max_results
         self.calls = 0
         self.failures = 0
 
@@ -150,7 +156,7 @@ class SearchTool:
     def _search(self, query: str) -> ToolCallResult:
         cut = truncate_query(query)
         try:
-            results = list(self.backend.search(cut, MAX_RESULTS))
+            results = list(self.backend.search(cut, self.max_results))
             if not all(isinstance(r, SearchResult) for r in results):
                 raise TypeError("backend returned something other than SearchResult")
         # Any backend failure, whatever its type, must become a tool error: a rollout never dies of search.

@@ -1,0 +1,120 @@
+"""The pieces the causal-LM stages (LM pretraining, SFT) share: the loss, the start model, eval, export, FLOPs.
+
+Loss over a batch {input_ids, targets, loss_mask} (RECIPE.md §1 for SFT; plain next-token for pretraining):
+
+    L = − Σ_{b,t} m_{b,t} log π(targets_{b,t} | input_ids_{b,≤t}) / Σ m  +  c_aux · L_aux
+
+with m the loss mask (assistant tokens for SFT, every token for pretraining), log π from the chunked log-softmax
+(never [B, T, V] logits) and L_aux the router load-balancing loss (searchjax.model.moe) weighted by
+`router_aux_loss_coef` (the model config's value unless the stage config sets one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from searchjax.chat import Tokenizer, load_tokenizer
+from searchjax.losses.sft import sft_loss
+from searchjax.model import ModelConfig, abstract_params, load_hf, param_shardings, read_hf_config, save_hf
+from searchjax.model.hf import CheckpointError
+from searchjax.model.transformer import hidden_states
+from searchjax.train.flops import model_flops
+from searchjax.train.step import device_batch
+
+BATCH_KEYS = ("input_ids", "targets", "loss_mask")
+
+
+@dataclasses.dataclass(frozen=True)
+class StartModel:
+    """The checkpoint a stage starts from: its config and tokenizer, the abstract params with their shardings,
+    and `load()` reading the weights straight into those shardings (only called for a fresh run)."""
+
+    path: Path
+    cfg: ModelConfig
+    tokenizer: Tokenizer
+    abstract: Any
+    shardings: Any
+    load: Callable[[], Any]
+
+
+def start_model(model_dir: str | Path, mesh: Mesh, dtype: str = "float32") -> StartModel:
+    """Read config.json and tokenizer.json of an HF-format checkpoint directory (errors name the file)."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise CheckpointError(f"--model {path}: no such checkpoint directory")
+    cfg = read_hf_config(path)
+    tok_path = path / "tokenizer.json"
+    if not tok_path.exists():
+        raise CheckpointError(f"--model {path}: no tokenizer.json beside config.json (searchjax model init "
+                              "--tokenizer FILE writes one)")
+    tokenizer = load_tokenizer(tok_path)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise CheckpointError(f"{tok_path}: {tokenizer.vocab_size} token ids but the model's vocab_size is "
+                              f"{cfg.vocab_size}")
+    return StartModel(path, cfg, tokenizer, abstract_params(cfg, dtype, mesh), param_shardings(cfg, mesh),
+                      lambda: load_hf(path, dtype=dtype, mesh=mesh)[1])
+
+
+def next_token_loss(model_cfg: ModelConfig, *, remat: bool, chunk: int, aux_coef: float):
+    """loss_fn(params, batch, key) of the module docstring (metrics: nll, ppl, n_tokens, weight, router_aux)."""
+
+    def loss_fn(params, batch, key):
+        del key  # deterministic forward
+        h, aux = hidden_states(params, batch["input_ids"], model_cfg, remat=remat, return_aux=True)
+        nll, m = sft_loss(h, params.unembed, batch["targets"], batch["loss_mask"], chunk=chunk)
+        loss = nll + aux_coef * aux["router_aux_loss"]
+        return loss, {"nll": m["nll"], "n_tokens": m["n_tokens"], "weight": m["n_tokens"],
+                      "router_aux": jax.lax.stop_gradient(aux["router_aux_loss"])}
+
+    return loss_fn
+
+
+def batch_counts(batch: dict[str, Any]) -> dict[str, float]:
+    """Host-side counts of a padded batch: real tokens, trained tokens, slots, and the non-padding share."""
+    rows, width = batch["input_ids"].shape
+    tokens = float(np.asarray(batch["lengths"]).sum())
+    return {"data/tokens": tokens, "data/loss_tokens": float(np.asarray(batch["loss_mask"]).sum()),
+            "data/rows": float(rows), "data/width": float(width), "data/nonpad_frac": tokens / (rows * width)}
+
+
+def flops_of(model_cfg: ModelConfig) -> Callable[[dict[str, float]], float]:
+    """Useful training FLOPs of one step from its counts (the batch shape as computed, padding included)."""
+    return lambda c: model_flops(model_cfg, int(c["data/rows"]), int(c["data/width"]), backward=True)
+
+
+def make_evaluator(loss_fn, batches: Callable[[], Iterable[dict[str, Any]]], mesh: Mesh, prefix: str = "dev"):
+    """evaluate(state) -> {prefix/loss, prefix/nll, prefix/ppl, prefix/tokens}: the token-weighted mean loss over
+    the batches `batches()` yields (a fresh, deterministic pass each time)."""
+    jitted = jax.jit(lambda p, b: loss_fn(p, b, None))
+
+    def evaluate(state) -> dict[str, float]:
+        num = den = nll_num = 0.0
+        for batch in batches():
+            loss, m = jitted(state.params, device_batch({k: batch[k] for k in BATCH_KEYS}, mesh))
+            w = float(m["weight"])
+            num, nll_num, den = num + float(loss) * w, nll_num + float(m["nll"]) * w, den + w
+        if den == 0:
+            raise ValueError("evaluation: the dev batches hold no trained tokens")
+        return {f"{prefix}/loss": num / den, f"{prefix}/nll": nll_num / den,
+                f"{prefix}/ppl": float(np.exp(nll_num / den)), f"{prefix}/tokens": den}
+
+    return evaluate
+
+
+def hf_export(model_cfg: ModelConfig, tokenizer_path: Path):
+    """export(params, directory): config.json + safetensors (save_hf) and the tokenizer.json beside them."""
+
+    def export(params, directory: Path) -> None:
+        save_hf(directory, params, model_cfg)
+        shutil.copyfile(tokenizer_path, directory / "tokenizer.json")
+
+    return export

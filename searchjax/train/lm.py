@@ -1,0 +1,105 @@
+"""Plain next-token pretraining on the world's corpus: the offline stand-in for a pretrained base model.
+
+The write-up starts SFT from a pretrained Qwen3.5; none can be downloaded here, and a random policy has neither
+the world's facts (what budget 0 measures) nor the induction behaviour that copying names from a question or a
+search result needs. This stage gives it both: documents as text (`searchjax.data.lm`: one token stream cut into
+rows of seq_len, no padding), the loss of `searchjax.train.causal` on every token, the run directory, metrics,
+checkpoints and resume of every stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from searchjax.data.jsonl import DataError
+from searchjax.data.lm import lm_dataset, stream_rows, token_stream
+from searchjax.train.causal import BATCH_KEYS, batch_counts, flops_of, hf_export, make_evaluator, next_token_loss, \
+    start_model
+from searchjax.train.config import TrainConfig
+from searchjax.train.rundir import prepare_run_dir
+from searchjax.train.runner import Supervised, host_prepare, run_mesh, run_supervised
+from searchjax.train.sft import _local_batch
+
+
+@dataclasses.dataclass(frozen=True)
+class LMData:
+    """Corpus files (`--data` / `--dev` replace them): corpus JSONL (title + text) or plain text lines.
+
+    Without dev files, the last `dev_fraction` of the rows is held out for the dev loss."""
+
+    sources: tuple[str, ...] = ()
+    dev: tuple[str, ...] = ()
+    seq_len: int = 512
+    dev_fraction: float = 0.02
+    eval_batches: int = 4
+
+    def __post_init__(self):
+        if self.seq_len < 2 or not 0 <= self.dev_fraction < 1 or self.eval_batches < 0:
+            raise TypeError(f"data: seq_len >= 2, 0 <= dev_fraction < 1, eval_batches >= 0 required, got "
+                            f"{self.seq_len}, {self.dev_fraction}, {self.eval_batches}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LMConfig(TrainConfig):
+    """LM-pretraining stage config (configs/train/lm_*.yaml)."""
+
+    data: LMData = LMData()
+    loss_chunk: int = 4096
+    router_aux_loss_coef: float | None = None
+
+
+def with_files(cfg: LMConfig, data: list[str] | None, dev: list[str] | None) -> LMConfig:
+    d = cfg.data
+    if data:
+        d = dataclasses.replace(d, sources=tuple(map(str, data)))
+    if dev:
+        d = dataclasses.replace(d, dev=tuple(map(str, dev)))
+    if not d.sources:
+        raise DataError("lm: no corpus: pass --data FILE or set data.sources in the config")
+    return dataclasses.replace(cfg, data=d)
+
+
+def _check_files(paths) -> None:
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise DataError(f"lm: no such corpus file(s): {missing}")
+
+
+def run_lm(cfg: LMConfig, model: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """Pretrain the HF checkpoint `model` on the corpus into the run directory `out`; returns the summary."""
+    d = cfg.data
+    _check_files([*d.sources, *d.dev])
+    mesh = run_mesh(cfg)
+    start = start_model(model, mesh)
+    rows = stream_rows(token_stream(d.sources, start.tokenizer), d.seq_len)
+    if d.dev:
+        dev_rows = stream_rows(token_stream(d.dev, start.tokenizer), d.seq_len)
+    else:
+        n_dev = int(round(len(rows) * d.dev_fraction))
+        rows, dev_rows = (rows[: len(rows) - n_dev], rows[len(rows) - n_dev:]) if n_dev else (rows, None)
+    local = _local_batch(cfg)
+    iterator = iter(lm_dataset(rows, local, cfg.seed).to_iter_dataset())
+    run = prepare_run_dir(out, "lm", cfg, overwrite)
+    aux = start.cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
+    loss_fn = next_token_loss(start.cfg, remat=cfg.remat, chunk=cfg.loss_chunk, aux_coef=aux)
+    evaluate = None
+    if dev_rows is not None and len(dev_rows) >= cfg.batch_size and d.eval_batches > 0:
+        dev = lm_dataset(dev_rows, local, cfg.seed, shuffle=False)
+        n = min(d.eval_batches, len(dev))
+        evaluate = make_evaluator(loss_fn, lambda: (dev[i] for i in range(n)), mesh)
+    return run_supervised(Supervised(
+        stage="lm", cfg=cfg, run=run, mesh=mesh, abstract_params=start.abstract, param_shardings=start.shardings,
+        init_params=start.load, loss_fn=loss_fn, iterator=iterator,
+        prepare=host_prepare(mesh, BATCH_KEYS, batch_counts), flops=flops_of(start.cfg),
+        export=hf_export(start.cfg, start.path / "tokenizer.json"), evaluate=evaluate,
+        meta={"model": str(start.path), "train_rows": int(len(rows)), "tokens_per_epoch": int(np.prod(rows.shape))},
+    ))
+
+
+# The stage interface of searchjax.train.stages.
+Config = LMConfig
+run = run_lm

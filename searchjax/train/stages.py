@@ -1,0 +1,30 @@
+"""The training stages `searchjax train STAGE` knows, by module (imported only when the stage runs).
+
+A stage module defines `Config` (its TrainConfig subclass), `with_files(cfg, data, dev) -> cfg` (the
+`--data` / `--dev` files as its sources) and `run(cfg, model, out, overwrite) -> summary dict`. Every stage has
+the same command line: `--config FILE --model DIR --data FILE [FILE ...] [--dev FILE ...] --out RUN
+[--overwrite] [key.sub=value ...]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from types import ModuleType
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    help: str
+    module: str
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+STAGES: dict[str, Stage] = {
+    "lm": Stage("lm", "next-token pretraining on a corpus (the offline base model)", "searchjax.train.lm"),
+    "sft": Stage("sft", "SFT warm-up on tool-use trajectories and preference-style examples (RECIPE.md §1)",
+                 "searchjax.train.sft"),
+}
