@@ -77,7 +77,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed: the same seed gives the same world")
     p.add_argument("--docs", type=positive_int, default=20_000,
-                   help="about how many documents in all; the real-facts part (~2,700 documents with the default "
+                   help="about how many documents in all; the real-facts part (~3,000 documents with the default "
                         "--real-cities) is always whole, so a smaller value still gets it")
     p.add_argument("--real-cities", type=non_negative_int, default=500, help="real cities besides capitals")
     p.add_argument("--distractor-rate", type=float_in(0.0, 1.0), default=0.15,

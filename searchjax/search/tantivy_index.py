@@ -41,8 +41,8 @@ def build_index(corpus_jsonl: str | Path, out_dir: str | Path, progress: bool = 
 
     The index is built in a temporary sibling and renamed to `out_dir` at the end, so a failed build (a bad
     corpus line, an empty corpus, a kill) leaves `out_dir` as it was and nothing beside it. An existing
-    `out_dir` is replaced only when it holds a searchjax index or is empty (never an unrelated folder). An empty corpus is
-    an error: its index could answer no query.
+    `out_dir` is replaced only when it holds a searchjax index or is empty (never an unrelated folder). An
+    empty corpus is an error: its index could answer no query.
     """
     out_dir = Path(out_dir)
     if not replaceable_dir(out_dir, _META_FILE):

@@ -56,7 +56,9 @@ def test_demo_runs_the_pipeline_end_to_end(tmp_path, capsys):
     args = ["demo", "--out", str(out_dir), "--docs", "1500", "--questions", "2", "--group", "2",
             "--max-new-tokens", "8", "--slots", "4", "--max-len", "2048"]
     assert main(args) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "compiling the engine's kernels" in captured.err
     for stage in ("[1 world]", "[2 index]", "[3 tokenizer]", "[4 data]", "[5 model]", "[6 rollouts]", "[7 rewards]"):
         assert stage in out
     assert "saved and reloaded in HF format" in out and "greedy decode: batch 4" in out and "tokens/s" in out
@@ -66,6 +68,14 @@ def test_demo_runs_the_pipeline_end_to_end(tmp_path, capsys):
     questions = (out_dir / "qa.jsonl").read_text().splitlines()
     assert len(records) == len(questions) * (2 + 1)  # G policy rollouts + 1 reference per question
     assert all(r.response_length <= 8 for r in records)
-    # A second run into the same directory refuses to clobber it unless told to.
+    # The printed figures are saved, each artefact is described, the tokenizer is stored once (with the model).
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert {"world", "index", "tokenizer", "data", "model", "rollouts", "rewards"} <= set(summary)
+    assert summary["rollouts"]["compile_s"] > 0 and summary["rollouts"]["tokens_per_s"] > 0
+    readme = (out_dir / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in ("world/corpus.jsonl", "index/", "model/", "rollouts.jsonl"))
+    assert not (out_dir / "tokenizer.json").exists() and (out_dir / "model" / "tokenizer.json").exists()
+    # A second run into the same directory refuses to clobber it unless told to; nothing beside it is left.
     assert main(args) == 1
-    assert "exists and is not empty" in capsys.readouterr().err
+    assert "exists (pass --overwrite to replace it)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]

@@ -1,7 +1,7 @@
 """`build_world`: generate the world for a seed and write DIR/corpus.jsonl, DIR/kb.jsonl and DIR/world.json.
 
 `n_docs` sizes the fictional part so that the corpus has about `n_docs` documents in all; the real-facts part
-(every country, capital and element, plus `n_real_cities` cities: about 2,700 documents with the defaults) is
+(every country, capital and element, plus `n_real_cities` cities: about 3,000 documents with the defaults) is
 always whole, so a smaller `n_docs` still gets it (then with one fictional entity). The manifest records both
 parts' document counts (`num_docs_real`, `num_docs_fictional`).
 """
