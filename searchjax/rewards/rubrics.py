@@ -5,7 +5,7 @@ order: 0 = an explicit user requirement, 1 = an internal constraint, 2 = a conte
 reference answer. r_base of a rubric prompt is 1 iff every rubric passes (RECIPE.md §4).
 
 Kinds checked by code (deterministic, no model):
-  language      the response is written in `params["lang"]` (ISO 639-1; script + stop-word profile)
+  language      the response is written in `params["lang"]` (ISO 639-1, identified by py3langid)
   contains      every phrase in `params["all"]` occurs (case-insensitive, whole words)
   not_contains  no phrase in `params["any"]` occurs (whole words for word-like phrases, plain substring for
                 symbols such as "&"; `params["case_sensitive"]`, default false)
@@ -21,6 +21,7 @@ passes iff the response contains all of `params["keywords"]`) or `LLMJudge` over
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import time
@@ -112,52 +113,40 @@ def _validate_params(r: Rubric) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- language id
-_STOPWORDS = {
-    "en": "the and is are was of to in that it for with you this have not be on as we will they",
-    "de": "der die das und ist nicht ich sie wir mit ein eine zu den von auf für sich auch",
-    "fr": "le la les et est une un des que pas pour dans avec nous vous qui sur du ce",
-    "es": "el la los las y es una un que por para con no del se lo como pero nosotros",
-    "it": "il lo la gli le e è una un che per con non del della sono anche noi",
-    "pt": "o a os as e é uma um que para com não do da em por nós você",
-    "nl": "de het een en is van dat niet ik wij met voor op zijn ook aan",
-    "sv": "och är att det en ett som på för med inte vi jag de har till av",
-}
-_STOP = {lang: frozenset(words.split()) for lang, words in _STOPWORDS.items()}
-LANGUAGES = frozenset(_STOP) | {"zh", "ja", "ko", "ru", "ar", "el", "he", "hi", "th"}
-_SCRIPTS = (  # (language, first, last code point) for scripts that name one language here
-    ("ja", 0x3040, 0x30FF), ("ko", 0xAC00, 0xD7AF), ("zh", 0x4E00, 0x9FFF), ("ru", 0x0400, 0x04FF),
-    ("ar", 0x0600, 0x06FF), ("el", 0x0370, 0x03FF), ("he", 0x0590, 0x05FF), ("hi", 0x0900, 0x097F),
-    ("th", 0x0E00, 0x0E7F),
-)
+# The languages a rubric may name; the identifier chooses among these only.
+LANGUAGES = frozenset({"en", "de", "fr", "es", "it", "pt", "nl", "sv", "zh", "ja", "ko", "ru", "ar", "el", "he", "hi",
+                       "th"})
 _WORD_RE = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
 
 
-def detect_language(text: str) -> str:
-    """ISO 639-1 code of `text`, or "und" when nothing decides.
+@functools.lru_cache(maxsize=1)
+def _identifier():
+    """py3langid's naive-Bayes byte n-gram model (shipped with the package), restricted to LANGUAGES."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-    Non-Latin scripts decide by the share of their letters (kana beats Han, so Japanese is not read as Chinese);
-    Latin text by the stop-word profile with the most hits; Latin text with no stop word is "en" only if it is
-    plain ASCII.
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    identifier.set_languages(sorted(LANGUAGES))
+    return identifier
+
+
+def identify_language(text: str) -> tuple[str, float]:
+    """(ISO 639-1 code, its posterior probability among LANGUAGES) of `text`; ("und", 0.0) when nothing decides.
+
+    Nothing decides when the text has no letter, or none of its byte n-grams is in the model (a uniform
+    posterior). Short text can be decided with low confidence: callers that need a firm decision (the eval's
+    language-mismatch metric) threshold the probability.
     """
-    letters = [c for c in text if c.isalpha()]
-    if not letters:
-        return "und"
-    counts = {lang: 0 for lang, _, _ in _SCRIPTS}
-    for c in letters:
-        o = ord(c)
-        for lang, lo, hi in _SCRIPTS:
-            if lo <= o <= hi:
-                counts[lang] += 1
-                break
-    script_lang = max(counts, key=lambda k: (counts[k], k == "ja"))
-    if counts[script_lang] * 2 >= len(letters):
-        return "ja" if counts["ja"] > 0 and script_lang == "zh" else script_lang
-    words = [w.lower() for w in _WORD_RE.findall(text)]
-    hits = {lang: sum(w in stop for w in words) for lang, stop in _STOP.items()}
-    best = max(hits, key=lambda k: (hits[k], k == "en"))
-    if hits[best] > 0:
-        return best
-    return "en" if all(ord(c) < 128 for c in letters) else "und"
+    if not any(c.isalpha() for c in text):
+        return "und", 0.0
+    language, probability = _identifier().classify(text)
+    if probability <= 1.0 / len(LANGUAGES) + 1e-6:
+        return "und", 0.0
+    return language, probability
+
+
+def detect_language(text: str) -> str:
+    """ISO 639-1 code of `text` (one of LANGUAGES), or "und" when nothing decides (see `identify_language`)."""
+    return identify_language(text)[0]
 
 
 # ------------------------------------------------------------------------------------------ code-checked kinds
