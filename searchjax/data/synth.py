@@ -13,12 +13,20 @@
 4. Verification: the KB solver must find exactly the answer, and the search solver (search_web only) must
    agree. Rejections are counted by reason.
 Format-diversity copies add an explicit format instruction, keep the answer, and are flagged augmented.
+Renderings in other languages (`SynthConfig.languages`, e.g. sv and ja besides en) follow each verified question:
+the same chain written through the language's phrases (searchjax.data.questions), the same answer (an entity
+name), verified through the English original; they carry `language` and the id suffix -LANG. Unanswerable
+copies (`SynthConfig.unanswerable_fraction`) replace the chain's literal pin by a year or date that no entity
+holds, so the question describes an entity that does not exist (the KB solver finds no answer): answer "",
+answerable false, id suffix -none. Neither kind draws from the main random stream, so the English output of a
+seed is the same with or without them.
 
 Output record (one JSONL object): id, question, answer (the answer entity's name), aliases (its other names),
 hops (h, the number of statements the question nests: h-1 links plus the literal pin), chain (h items
 {entity, relation} from the answer entity outward: `entity` is a KB id; `relation` joins it to the next chain
 entity, written "rel" when this entity is the relation's subject and "^rel" when it is its object; the last
-item's relation is the literal pin), seed (the seed entity's id), verified_by (solver names), split, augmented.
+item's relation is the literal pin), seed (the seed entity's id), verified_by (solver names), split, augmented;
+renderings add language (ISO 639-1), unanswerable copies add answerable (false).
 """
 
 from __future__ import annotations
@@ -33,12 +41,14 @@ from typing import Any
 from tqdm import tqdm
 
 from searchjax.data.jsonl import require
-from searchjax.data.questions import PIN_RELATIONS, describe, mentions, write_question
+from searchjax.data.questions import (PIN_RELATIONS, QUESTION_LANGUAGES, describe, localise_value, mentions,
+                                      write_question)
 from searchjax.data.solvers import KBSolver, SearchSolver
 from searchjax.search.world import RELATIONS, Entity, KnowledgeBase, Relation
 
 RECORD_FIELDS = ("id", "question", "answer", "aliases", "hops", "chain", "seed", "verified_by", "split",
                  "augmented")
+OPTIONAL_FIELDS = ("language", "answerable")  # on renderings in other languages and on unanswerable copies
 FORMAT_INSTRUCTIONS = (
     ("list", "Show a list of the entities you pass through on the way, ending with the answer."),
     ("table", "Answer in a table with one row per step and the answer in the last row."),
@@ -59,6 +69,8 @@ class SynthConfig:
     dev_fraction: float = 0.05  # by answer entity, so no answer is in both splits
     max_attempts_per_question: int = 50
     search_max_calls: int = 5
+    languages: tuple[str, ...] = ("en",)  # "en" first; others (sv, ja) add renderings of every kept question
+    unanswerable_fraction: float = 0.0  # share of kept questions that also get an unanswerable copy
 
     def __post_init__(self):
         # TypeError, as searchjax.config expects of __post_init__ checks: load_yaml names the file then.
@@ -67,6 +79,12 @@ class SynthConfig:
         if not 0 <= self.augment_fraction <= 1 or not 0 <= self.dev_fraction < 1:
             raise TypeError(f"SynthConfig: augment_fraction must be in [0, 1] and dev_fraction in [0, 1), got "
                             f"{self.augment_fraction} and {self.dev_fraction}")
+        if not self.languages or self.languages[0] != "en" or not set(self.languages) <= set(QUESTION_LANGUAGES) \
+                or len(set(self.languages)) != len(self.languages):
+            raise TypeError(f"SynthConfig.languages: distinct codes from {list(QUESTION_LANGUAGES)} starting with "
+                            f"'en', got {self.languages}")
+        if not 0 <= self.unanswerable_fraction <= 1:
+            raise TypeError(f"SynthConfig.unanswerable_fraction must be in [0, 1], got {self.unanswerable_fraction}")
         for name in ("n", "min_docs", "max_attempts_per_question", "search_max_calls"):
             if getattr(self, name) < 1:
                 raise TypeError(f"SynthConfig.{name}: expected >= 1, got {getattr(self, name)}")
@@ -150,13 +168,17 @@ class Expander:
         return (links, "") if links is not None else (None, "no_chain")
 
 
-def chain_description(kb: KnowledgeBase, links: list[Link]) -> str:
-    """D(0) of the module docstring, built from the innermost (literal) link outward."""
+def chain_description(kb: KnowledgeBase, links: list[Link], language: str = "en", pin_value: str | None = None) -> str:
+    """D(0) of the module docstring, built from the innermost (literal) link outward, in `language`;
+    `pin_value` replaces the literal pin's value (unanswerable copies)."""
     text = ""
     for link in reversed(links):
         r = link.relation
-        slot = r.value if link.next_id is None else text
-        text = describe(r.relation, link.side, slot, r.attrs.get("cohort", ""))
+        if link.next_id is None:
+            slot = localise_value(r.relation, r.value if pin_value is None else pin_value, language)
+        else:
+            slot = text
+        text = describe(r.relation, link.side, slot, r.attrs.get("cohort", ""), language)
     return text
 
 
@@ -197,35 +219,64 @@ class QAGenerator:
 
     def attempt(self, rng: random.Random, hops: int) -> tuple[dict[str, Any] | None, str]:
         """One try: expand, write, check, verify. Returns (record, "") or (None, rejection reason)."""
+        record, _, reason = self._attempt(rng, hops)
+        return record, reason
+
+    def _attempt(self, rng: random.Random, hops: int) -> tuple[dict[str, Any] | None, tuple, str]:
+        """`attempt`, also returning (links, answer type, opener index) for the renderings of the question."""
         seed = rng.choice(self.expander.seeds)
         links, reason = self.expander.expand(seed, hops, rng)
         if links is None:
-            return None, reason
-        question = write_question(chain_description(self.kb, links), seed.type, rng.randrange(4))
+            return None, (), reason
+        opener = rng.randrange(4)
+        question = write_question(chain_description(self.kb, links), seed.type, opener)
         ids = [x.entity for x in links]
         if not entity_free(self.kb, question, ids):
-            return None, "entity_leak"
+            return None, (), "entity_leak"
         if question in self._seen:
-            return None, "duplicate"
+            return None, (), "duplicate"
         kb_answer, reason = self.kb_solver.solve(question)
         if kb_answer is None:
-            return None, reason
+            return None, (), reason
         if kb_answer != seed.name:
-            return None, "kb_disagrees"
+            return None, (), "kb_disagrees"
         verified_by = [self.kb_solver.name]
         if self.search is not None:
             trace = self.search.solve(question)
             if trace.answer is None:
-                return None, trace.reason
+                return None, (), trace.reason
             if not is_answer(trace.answer, seed):
-                return None, "search_disagrees"
+                return None, (), "search_disagrees"
             verified_by.append(self.search.name)
         self._seen.add(question)
         return {
             "id": "", "question": question, "answer": seed.name, "aliases": list(seed.aliases), "hops": hops,
             "chain": chain_record(links), "seed": seed.id, "verified_by": verified_by,
             "split": _split(seed.id, self.cfg.seed, self.cfg.dev_fraction), "augmented": False,
-        }, ""
+        }, (links, seed.type, opener), ""
+
+    def renderings(self, record: dict[str, Any], links: list[Link], answer_type: str,
+                   opener: int) -> Iterator[dict[str, Any]]:
+        """The record's question in each extra language of cfg.languages (same chain, same answer)."""
+        for language in self.cfg.languages[1:]:
+            question = write_question(chain_description(self.kb, links, language), answer_type, opener, language)
+            if not entity_free(self.kb, question, [x.entity for x in links]):
+                self.summary[f"rejected:entity_leak_{language}"] += 1
+                continue
+            yield {**record, "id": f"{record['id']}-{language}", "question": question, "language": language}
+
+    def unanswerable(self, record: dict[str, Any], links: list[Link], answer_type: str, opener: int,
+                     rng: random.Random) -> dict[str, Any] | None:
+        """A copy whose literal pin is a year or date no entity holds (None when the pin is neither)."""
+        pin = links[-1].relation
+        fake = _absent_value(pin.relation, pin.value, rng)
+        if fake is None or self.kb_solver.holders(pin.relation, fake):
+            return None
+        question = write_question(chain_description(self.kb, links, pin_value=fake), answer_type, opener)
+        if self.kb_solver.solve(question) != (None, "kb_no_answer"):
+            return None
+        return {**record, "id": f"{record['id']}-none", "question": question, "answer": "", "aliases": [],
+                "verified_by": [self.kb_solver.name], "answerable": False}
 
     def generate(self, progress: bool = False) -> Iterator[dict[str, Any]]:
         """Yield `cfg.n` verified questions plus their augmented copies (deterministic for cfg.seed)."""
@@ -234,7 +285,7 @@ class QAGenerator:
             rng = random.Random(f"{cfg.seed}:{k}")
             hops = cfg.min_hops + k % (cfg.max_hops - cfg.min_hops + 1)
             for _ in range(cfg.max_attempts_per_question):
-                record, reason = self.attempt(rng, hops)
+                record, rendering, reason = self._attempt(rng, hops)
                 if record is not None:
                     break
                 self.summary[f"rejected:{reason}"] += 1
@@ -247,6 +298,19 @@ class QAGenerator:
             if rng.random() < cfg.augment_fraction:
                 self.summary["augmented"] += 1
                 yield augment(record, rng)
+            yield from self._extras(record, rendering, k)
+
+    def _extras(self, record: dict[str, Any], rendering: tuple, k: int) -> Iterator[dict[str, Any]]:
+        """Renderings and the unanswerable copy of a kept record, from random streams of their own."""
+        for extra in self.renderings(record, *rendering):
+            self.summary[f"rendered:{extra['language']}"] += 1
+            yield extra
+        rng = random.Random(f"{self.cfg.seed}:{k}:unanswerable")
+        if self.cfg.unanswerable_fraction and rng.random() < self.cfg.unanswerable_fraction:
+            extra = self.unanswerable(record, *rendering, rng)
+            self.summary["unanswerable" if extra is not None else "rejected:unanswerable_pin"] += 1
+            if extra is not None:
+                yield extra
 
 
 def augment(record: dict[str, Any], rng: random.Random) -> dict[str, Any]:
@@ -256,10 +320,29 @@ def augment(record: dict[str, Any], rng: random.Random) -> dict[str, Any]:
             "augmented": True}
 
 
+_YEAR_PINS = ("born_year", "founded_year", "published_year")
+_DATE_PINS = ("launched_on", "held_on")
+
+
+def _absent_value(relation: str, value: str, rng: random.Random) -> str | None:
+    """A year (or a date with that year) from 1800-1899, before anything in the world, for a year or date pin."""
+    year = str(rng.randint(1800, 1899))
+    if relation in _YEAR_PINS:
+        return year
+    if relation in _DATE_PINS:
+        return value.rsplit(" ", 1)[0] + " " + year
+    return None
+
+
 def validate_qa_record(row: dict[str, Any]) -> None:
-    """Schema check of one synthetic QA row (exactly RECORD_FIELDS)."""
-    if set(row) != set(RECORD_FIELDS):
-        raise ValueError(f"fields {sorted(row)} differ from the schema {sorted(RECORD_FIELDS)}")
+    """Schema check of one synthetic QA row (RECORD_FIELDS, and OPTIONAL_FIELDS where present)."""
+    if set(row) - set(OPTIONAL_FIELDS) != set(RECORD_FIELDS):
+        raise ValueError(f"fields {sorted(row)} differ from the schema {sorted(RECORD_FIELDS)} (optional: "
+                         f"{list(OPTIONAL_FIELDS)})")
+    if "language" in row and row["language"] not in QUESTION_LANGUAGES:
+        raise ValueError(f"field 'language': {row['language']!r} is not one of {list(QUESTION_LANGUAGES)}")
+    if "answerable" in row and not isinstance(row["answerable"], bool):
+        raise TypeError(f"field 'answerable': expected bool, got {row['answerable']!r:.40}")
     for field, kind in (("id", str), ("question", str), ("answer", str), ("aliases", list), ("hops", int),
                         ("chain", list), ("seed", str), ("verified_by", list), ("split", str),
                         ("augmented", bool)):
