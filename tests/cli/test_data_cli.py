@@ -81,3 +81,30 @@ def test_public_help_lists_the_file_formats(cli):
     for fmt, words in [("simpleqa", "CSV with columns metadata, problem, answer"), ("frames", "TSV"),
                        ("sealqa", "Parquet"), ("webwalkerqa", "Root_Url")]:
         assert fmt in out and words in out, fmt
+
+
+def test_sigterm_leaves_the_previous_output_and_nothing_else(small_world, tmp_path):
+    """`data synth-qa --overwrite` killed by SIGTERM mid-run: status 130, the old file intact, no temporary."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    world = tmp_path / "w"
+    shutil.copytree(small_world, world, ignore=shutil.ignore_patterns("index"))
+    out = tmp_path / "qa.jsonl"
+    out.write_text("good\n" * 10)
+    proc = subprocess.Popen([sys.executable, "-m", "searchjax.cli.main", "data", "synth-qa", "--world", str(world),
+                             "--n", "5000", "--out", str(out), "--overwrite", "--quiet"],
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    try:
+        assert "building the index" in proc.stderr.readline()  # the command is running (handlers installed)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert out.read_text() == "good\n" * 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["qa.jsonl", "w"]
+    # The index it was building is either whole (the signal came later) or absent: never half-written.
+    assert {p.name for p in world.iterdir()} - {"index"} == {"corpus.jsonl", "kb.jsonl", "world.json"}
