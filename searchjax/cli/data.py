@@ -253,3 +253,7 @@ def register(subparsers) -> None:
     _on_error(p)
     add_overwrite(p)
     p.set_defaults(func=_public)
+
+    from searchjax.cli.reward_model import add_preferences_command
+
+    add_preferences_command(data)

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "searchjax.cli.model",
     "searchjax.cli.eval",
     "searchjax.cli.train",
+    "searchjax.cli.reward_model",
 )
 
 

@@ -137,10 +137,11 @@ def values(params: RewardParams, tokens: jax.Array, lengths: jax.Array, cfg: Mod
            return_aux: bool = False):
     """v_b = h[b, ℓ_b − 1] · w: float32 [B] for right-padded int32 tokens [B, T] with ℓ = lengths [B] ≥ 1.
 
-    With return_aux=True returns (v, aux) with aux["router_aux_loss"] as `hidden_states` gives it (over every
-    position, padding included). A row with length 0 is padding: its value reads position 0 and means nothing.
+    With return_aux=True returns (v, aux) with aux["router_aux_loss"] as `hidden_states` gives it over the valid
+    tokens only. A row with length 0 is padding: its value reads position 0 and means nothing.
     """
-    out = hidden_states(params.backbone, tokens, cfg, remat=remat, return_aux=return_aux)
+    valid = jnp.arange(tokens.shape[1])[None] < lengths[:, None]
+    out = hidden_states(params.backbone, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid)
     h, aux = out if return_aux else (out, None)
     last = jnp.clip(lengths.astype(jnp.int32) - 1, 0, tokens.shape[1] - 1)
     h_last = jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # [B, D]
