@@ -1,7 +1,13 @@
-"""Compile a preset's prefill and decode step ahead of time for a TPU topology, on a CPU-only machine.
+"""Compile a preset's prefill and decode step, or its training step, ahead of time for a TPU topology, on a
+CPU-only machine.
 
     python tools/aot_tpu.py --preset qwen3.5-397b-a17b --topology v5p:4x4x8 \
         --mesh data=1,fsdp=8,tensor=4,expert=4 --dtype bfloat16 --batch 8 --seq 2048 --cache-len 4096
+    python tools/aot_tpu.py --step train --preset qwen3.5-397b-a17b --topology v5p:4x4x8 \
+        --mesh fsdp=32,expert=4 --batch 32 --seq 4096 [--micro-batches 4]
+
+`--step train` compiles searchjax.train's step (forward + backward with per-layer remat + clipped AdamW update) over
+a TrainState whose params are bfloat16 and whose optimizer moments are float32, under the same sharding rules.
 
 Needs libtpu (`pip install -e ".[tpu]"`). The topology comes from
 `jax.experimental.topologies.get_topology_desc`; parameters, cache and tokens are ShapeDtypeStructs carrying the
@@ -111,6 +117,53 @@ def compile_steps(preset: str, topology: str, mesh_shape: dict[str, int], dtype:
     return reports
 
 
+def train_inputs(cfg, mesh, batch: int, seq: int, micro_batches: int):
+    """(jitted train step, abstract TrainState, abstract batch): bf16 params, float32 Adam moments, sharded."""
+    import jax
+    import jax.numpy as jnp
+
+    from searchjax.model import abstract_params, param_shardings
+    from searchjax.train.causal import BATCH_KEYS, next_token_loss
+    from searchjax.train.config import OptimConfig
+    from searchjax.train.optim import lr_schedule, make_optimizer
+    from searchjax.train.state import abstract_state
+    from searchjax.train.step import batch_sharding, make_train_step
+
+    ocfg = OptimConfig(micro_batches=micro_batches)
+    tx = make_optimizer(ocfg, 10_000)
+    state = abstract_state(tx, abstract_params(cfg, "bfloat16", mesh), param_shardings(cfg, mesh), mesh)
+    f32 = lambda x: _sds(jax.ShapeDtypeStruct(x.shape, jnp.float32), x.sharding) if x.dtype == jnp.bfloat16 else x
+    state = state.replace(opt_state=jax.tree.map(f32, state.opt_state))
+    tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=batch_sharding(mesh, (batch, seq)))
+    loss = next_token_loss(cfg, remat=True, chunk=4096, aux_coef=cfg.router_aux_loss_coef)
+    step = make_train_step(loss, tx, micro_batches=micro_batches, lr_fn=lr_schedule(ocfg, 10_000), mesh=mesh,
+                           state_shardings=jax.tree.map(lambda x: x.sharding, state))
+    return step, state, {k: tokens for k in BATCH_KEYS}
+
+
+def compile_train(preset: str, topology: str, mesh_shape: dict[str, int], batch: int, seq: int,
+                  micro_batches: int) -> list[dict]:
+    """AOT-compile the training step of `preset` for `topology`; one report."""
+    from jax.experimental import topologies
+
+    from searchjax.model import load_preset
+    from searchjax.sharding import make_mesh
+    from searchjax.train.flops import model_flops
+
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=topology)
+    kind = topo.devices[0].device_kind
+    if kind not in HBM_GIB:
+        raise ValueError(f"unknown TPU device kind {kind!r}; known: {sorted(HBM_GIB)}")
+    mesh = make_mesh(mesh_shape, devices=topo.devices)
+    cfg = load_preset(preset).replace(moe_impl="ragged", chunk_size=64)
+    step, state, tokens = train_inputs(cfg, mesh, batch, seq, micro_batches)
+    t0 = time.perf_counter()
+    compiled = step.lower(state, tokens).compile()
+    report = _report("train", compiled, HBM_GIB[kind] * 2**30, time.perf_counter() - t0,
+                     model_flops(cfg, batch, seq, backward=True) / len(topo.devices))
+    return [{**report, "tokens_per_step": batch * seq, "micro_batches": micro_batches}]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", required=True)
@@ -121,11 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=2048, help="prefill length T")
     ap.add_argument("--cache-len", type=int, default=4096, help="cache length S")
     ap.add_argument("--json", action="store_true", help="print one JSON object per step")
+    ap.add_argument("--step", choices=("inference", "train"), default="inference",
+                    help="inference: prefill + decode_step; train: the training step")
+    ap.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation of --step train")
     args = ap.parse_args(argv)
     # libtpu looks for TPU workers at start-up; on a CPU machine there are none (AOT needs no TPU).
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-    reports = compile_steps(args.preset, args.topology, parse_mesh(args.mesh), args.dtype, args.batch, args.seq,
-                            args.cache_len)
+    if args.step == "train":
+        reports = compile_train(args.preset, args.topology, parse_mesh(args.mesh), args.batch, args.seq,
+                                args.micro_batches)
+    else:
+        reports = compile_steps(args.preset, args.topology, parse_mesh(args.mesh), args.dtype, args.batch,
+                                args.seq, args.cache_len)
     for r in reports:
         if args.json:
             print(json.dumps(r))

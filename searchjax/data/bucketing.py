@@ -27,7 +27,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from searchjax.data.pipeline import Encoder, PipelineConfig, mixed_records
+from searchjax.data.pipeline import Encoder, PipelineConfig, _process_split, mixed_records
 
 
 def pad_rows(rows: Sequence[tuple[np.ndarray, np.ndarray]], width: int, pad_id: int) -> dict[str, np.ndarray]:
@@ -99,13 +99,29 @@ class BucketedBatches(grain.MapDataset):
         return self._window(w)[j]
 
 
+def take_rows(batch: dict[str, Any], process_index: int, process_count: int) -> dict[str, Any]:
+    """Process p's rows [p·B/P, (p+1)·B/P) of a global batch (every array and the records)."""
+    b = len(batch["records"]) if "records" in batch else len(batch["input_ids"])
+    if b % process_count:
+        raise ValueError(f"a global batch of {b} rows does not split over {process_count} processes")
+    lo, hi = process_index * b // process_count, (process_index + 1) * b // process_count
+    return {k: v[lo:hi] for k, v in batch.items()}
+
+
 def bucketed_dataset(cfg: PipelineConfig, encoder: Encoder, records: Sequence[Sequence[dict[str, Any]]], *,
                      batch_size: int, window_batches: int, buckets: Sequence[int],
-                     process_index: int | None = None, process_count: int | None = None) -> BucketedBatches:
-    """The bucketed SFT batches of this process (its share of every source; see mixed_records)."""
+                     process_index: int | None = None, process_count: int | None = None) -> grain.MapDataset:
+    """This process's rows of the global bucketed SFT batches (`batch_size` is the global batch).
+
+    Every process lays out the same global batches (the window's sort needs every example's length) and keeps
+    its rows of each, so batch k holds the same examples, at the same padded width, for any process count: a
+    2-process run trains on exactly the batches of a 1-process run.
+    """
     too_long = [b for b in buckets if b > cfg.max_len]
     if too_long or not buckets:
         raise ValueError(f"buckets {list(buckets)} must be non-empty and <= max_len {cfg.max_len}")
-    mixed = mixed_records(cfg, records, process_index=process_index, process_count=process_count)
+    p, n = _process_split(process_index, process_count)
+    mixed = mixed_records(cfg, records, process_index=0, process_count=1)
     widths = sorted(set(buckets) | {cfg.max_len})  # every row fits the largest bucket after the overflow rule
-    return BucketedBatches(mixed, encoder, batch_size, window_batches, widths, cfg.seed)
+    batches = BucketedBatches(mixed, encoder, batch_size, window_batches, widths, cfg.seed)
+    return batches if n == 1 else batches.map(lambda b: take_rows(b, p, n))

@@ -3,7 +3,8 @@
     stream = doc_1 ‖ <|endoftext|> ‖ doc_2 ‖ <|endoftext|> ‖ …          (documents in file order, tokenized once)
     row k  = stream[k·T : k·T + T + 1]                                   input_ids = row[:-1], targets = row[1:]
 
-Rows are shuffled per epoch (searchjax.data.pipeline.EpochShuffle), split by process (row p, p+P, …) and batched;
+Rows are shuffled per epoch (searchjax.data.pipeline.EpochShuffle) and batched; process p of P reads its slice of
+each global batch, so the global batches do not depend on the process count;
 every position is a real token (loss_mask all 1), documents are separated by the end-of-text token as in GPT-style
 pretraining. The whole corpus is tokenized at start-up with the fast tokenizer's batch encoder: meant for corpora
 of up to some hundred million tokens, as the offline world's.
@@ -61,14 +62,39 @@ def _batch(rows: Iterable[np.ndarray]) -> dict[str, np.ndarray]:
             "lengths": np.full((len(x),), x.shape[1] - 1, np.int32)}
 
 
+class ProcessRows(grain.MapDataset):
+    """Element k = this process's rows of global batch k: parent[k·B + p·B/P + j] for j < B/P (it reads only
+    those)."""
+
+    def __init__(self, parent: grain.MapDataset, global_batch: int, process_index: int, process_count: int):
+        super().__init__(parent)
+        if global_batch % process_count:
+            raise ValueError(f"batch_size {global_batch} is not a multiple of the {process_count} processes")
+        self.b, self.local = global_batch, global_batch // process_count
+        self.offset = process_index * self.local
+
+    def __len__(self) -> int:
+        return len(self._parent) // self.b
+
+    def __str__(self) -> str:
+        return f"ProcessRows(B={self.b}, rows {self.offset}..{self.offset + self.local})"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        start = index * self.b + self.offset
+        return _batch(self._parent[start + j] for j in range(self.local))
+
+
 def lm_dataset(rows: np.ndarray, batch_size: int, seed: int, *, process_index: int | None = None,
                process_count: int | None = None, shuffle: bool = True) -> grain.MapDataset:
-    """Batches of this process's rows: infinite and shuffled per epoch (training), or one ordered pass
-    (shuffle=False, evaluation; the last partial batch dropped)."""
-    p, P = _process_split(process_index, process_count)
-    share = grain.MapDataset.source(list(rows))[p::P]
-    if len(share) < batch_size:
-        raise DataError(f"{len(share)} rows for process {p} of {P}, fewer than one batch of {batch_size}")
+    """This process's rows of the global batches (`batch_size` is the global batch): infinite and shuffled per
+    epoch (training), or one ordered pass (shuffle=False, evaluation; the last partial batch dropped). The global
+    batch k holds the same rows for any process count."""
+    p, n = _process_split(process_index, process_count)
+    if len(rows) < batch_size:
+        raise DataError(f"{len(rows)} rows, fewer than one batch of {batch_size}")
+    source = grain.MapDataset.source(list(rows))
     if shuffle:
-        share = EpochShuffle(share, seed=seed)
-    return share.batch(batch_size, drop_remainder=True, batch_fn=_batch)
+        source = EpochShuffle(source, seed=seed)
+    return ProcessRows(source, batch_size, p, n)

@@ -111,6 +111,12 @@ class Checkpointer:
             raise CheckpointRestoreError(f"{self.directory}: no checkpoint could be restored ({listed})")
         return None
 
+    def restore_state(self, step: int, abstract_state: Any) -> Any:
+        """Only the train state of `step` (no data iterator): usable by any process count, e.g. to read in one
+        process what a multi-process run saved."""
+        out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+        return out["state"]
+
     def _quarantine(self, step: int) -> Path:
         src = self.directory / str(step)
         dst = self.directory.with_name(self.directory.name + ".corrupt") / f"{step}-{int(time.time())}"

@@ -22,7 +22,6 @@ from searchjax.train.causal import BATCH_KEYS, batch_counts, flops_of, hf_export
 from searchjax.train.config import TrainConfig
 from searchjax.train.rundir import prepare_run_dir
 from searchjax.train.runner import Supervised, host_prepare, run_mesh, run_supervised
-from searchjax.train.sft import _local_batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,14 +80,13 @@ def run_lm(cfg: LMConfig, model: str | Path, out: str | Path, overwrite: bool = 
     else:
         n_dev = int(round(len(rows) * d.dev_fraction))
         rows, dev_rows = (rows[: len(rows) - n_dev], rows[len(rows) - n_dev:]) if n_dev else (rows, None)
-    local = _local_batch(cfg)
-    iterator = iter(lm_dataset(rows, local, cfg.seed).to_iter_dataset())
+    iterator = iter(lm_dataset(rows, cfg.batch_size, cfg.seed).to_iter_dataset())
     run = prepare_run_dir(out, "lm", cfg, overwrite)
     aux = start.cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
     loss_fn = next_token_loss(start.cfg, remat=cfg.remat, chunk=cfg.loss_chunk, aux_coef=aux)
     evaluate = None
     if dev_rows is not None and len(dev_rows) >= cfg.batch_size and d.eval_batches > 0:
-        dev = lm_dataset(dev_rows, local, cfg.seed, shuffle=False)
+        dev = lm_dataset(dev_rows, cfg.batch_size, cfg.seed, shuffle=False)
         n = min(d.eval_batches, len(dev))
         evaluate = make_evaluator(loss_fn, lambda: (dev[i] for i in range(n)), mesh)
     return run_supervised(Supervised(

@@ -61,8 +61,14 @@ class MetricsLogger:
         """Keep only the lines with step <= `step` (what the restored checkpoint had logged), atomically."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines(keepends=True)
-                if line.strip() and json.loads(line)["step"] <= step]
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # the line a kill -9 cut short
+                continue
+            if row["step"] <= step:
+                kept.append(line + "\n")
         atomic_write_text(self.path, "".join(kept))
 
     def log(self, step: int, metrics: dict[str, Any]) -> dict[str, float]:

@@ -12,8 +12,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-import jax
-
 from searchjax.data.bucketing import bucketed_dataset
 from searchjax.data.jsonl import DataError
 from searchjax.data.pipeline import Encoder, PipelineConfig, SourceConfig, load_sources
@@ -99,12 +97,6 @@ def _pipeline(cfg: SFTConfig, sources) -> PipelineConfig:
                           overflow=d.overflow)
 
 
-def _local_batch(cfg: TrainConfig) -> int:
-    if cfg.batch_size % jax.process_count():
-        raise ValueError(f"batch_size {cfg.batch_size} is not a multiple of the {jax.process_count()} processes")
-    return cfg.batch_size // jax.process_count()
-
-
 def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Train SFT from the HF checkpoint `model` into the run directory `out` (resuming it when it holds this
     run); returns the summary. The config's data sources must be set (see `with_files`)."""
@@ -116,8 +108,7 @@ def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool 
     start = start_model(model, mesh)
     run = prepare_run_dir(out, "sft", cfg, overwrite)
     encoder = Encoder(start.tokenizer, train_pipe)
-    local = _local_batch(cfg)
-    dataset = bucketed_dataset(train_pipe, encoder, records, batch_size=local, window_batches=cfg.data.window_batches,
+    dataset = bucketed_dataset(train_pipe, encoder, records, batch_size=cfg.batch_size, window_batches=cfg.data.window_batches,
                                buckets=cfg.data.buckets)
     iterator = iter(dataset.to_iter_dataset())
     aux = start.cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
@@ -127,7 +118,7 @@ def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool 
         dev_pipe = _pipeline(cfg, cfg.data.dev or cfg.data.sources)
 
         def dev_batches():
-            ds = bucketed_dataset(dev_pipe, Encoder(start.tokenizer, dev_pipe), dev_records, batch_size=local,
+            ds = bucketed_dataset(dev_pipe, Encoder(start.tokenizer, dev_pipe), dev_records, batch_size=cfg.batch_size,
                                   window_batches=1, buckets=(cfg.data.max_len,))
             return (ds[i] for i in range(cfg.data.eval_batches))
 
