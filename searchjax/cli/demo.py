@@ -173,7 +173,7 @@ def reward_stage(questions: list[dict], records: list, seed: int) -> dict:
     import jax
     import numpy as np
 
-    from searchjax.rewards import RewardConfig, answer_correct, tool_penalty
+    from searchjax.rewards import RewardConfig, qa_correct, tool_penalty
 
     done = _stage("7 rewards")
     by_id = {q["id"]: q for q in questions}
@@ -184,7 +184,7 @@ def reward_stage(questions: list[dict], records: list, seed: int) -> dict:
     for r in policy:
         i, j = ids.index(r.prompt_id), r.group_index
         gold = by_id[r.prompt_id]
-        correct[i, j] = answer_correct(r.answer, [gold["answer"], *gold["aliases"]])
+        correct[i, j] = qa_correct(r.answer, [gold["answer"], *gold["aliases"]])
         calls[i, j], failures[i, j], mask[i, j] = r.tool_calls, r.tool_failures, 1
     cfg = RewardConfig()
     pen = tool_penalty(calls, failures, correct, key=jax.random.key(seed), alpha_win=cfg.alpha_win,

@@ -10,9 +10,11 @@ from searchjax.rewards.aggregate import (
 )
 from searchjax.rewards.answers import (
     answer_correct,
+    extract_answer,
     exact_match,
     normalize_answer,
     numbers_match,
+    qa_correct,
     qa_r_base,
     rubric_r_base,
     token_f1,
@@ -39,6 +41,7 @@ __all__ = [
     "RewardConfig",
     "RolloutRecords",
     "answer_correct",
+    "extract_answer",
     "bt_loss",
     "bt_preference",
     "compute_rewards",
@@ -53,6 +56,7 @@ __all__ = [
     "numbers_match",
     "pairwise_deltas",
     "pointwise_deltas",
+    "qa_correct",
     "qa_r_base",
     "reward_metrics",
     "rubric_r_base",

@@ -7,6 +7,9 @@ QA: a prediction is correct when, for any alias of the gold answer,
     at least one number and every number in it agrees with the gold: |p − g| ≤ max(½·10^−d, rel_tol·|g|,
     abs_tol), d being the gold's decimal places (so "3.14159" matches "3.14", "2008" does not match "2007"), or
   - f1_threshold is set and the SQuAD token F1 with the alias reaches it.
+A response is first reduced to its answer by `extract_answer` (the policy is trained to state it in one of the SFT
+data's formats: "The answer is X.", a list with "**X** (the answer)", or a table whose last row ends with X), so
+a correct answer in a sentence scores 1 and a hedge that names several candidates scores 0.
 Host-side Python (strings), not jitted; the results feed `RolloutRecords.correct`.
 """
 
@@ -97,6 +100,38 @@ def numbers_match(prediction: str, gold: str, *, rel_tol: float = 0.0, abs_tol: 
     return all(abs(p - value) <= tol * (1 + 1e-9) for p, _ in found)
 
 
+_STATED = re.compile(r"\bthe answer is\s+(.+?)\s*(?:\.\s*$|\.\s+|$)", re.IGNORECASE | re.DOTALL)
+_MARKED = re.compile(r"\*\*(.+?)\*\*\s*\(the answer\)", re.IGNORECASE)
+_TABLE_ROW = re.compile(r"^\s*\|(.+)\|\s*$")
+
+
+def extract_answer(response: str) -> str:
+    """The answer a response states (module docstring); the whole stripped response when it states none, or when
+    it states several different ones (a hedge, which then matches no single gold answer).
+
+        "The answer is Rob Fitzpatrick."             -> "Rob Fitzpatrick"
+        "- The Mom Test\n- **Rob Fitzpatrick** (the answer)" -> "Rob Fitzpatrick"
+        "| step | entity |\n|---|---|\n| 1 | A |\n| 2 | B |" -> "B"
+    """
+    text = response.strip()
+    for pattern in (_STATED, _MARKED):
+        found = {m.strip().strip("*").strip() for m in pattern.findall(text)}
+        if len(found) == 1:
+            return found.pop()
+        if len(found) > 1:
+            return text
+    rows = [m.group(1) for line in text.splitlines() if (m := _TABLE_ROW.match(line))]
+    body = [r for r in rows if not set(r.replace("|", "").strip()) <= set("-: ")]
+    if len(body) >= 2:  # a header and at least one row: the answer closes the last row
+        return body[-1].split("|")[-1].strip()
+    return text
+
+
+def qa_correct(response: str, answers: str | Sequence[str], **kwargs) -> bool:
+    """QA r_base of a whole response: `answer_correct(extract_answer(response), answers, **kwargs)`."""
+    return answer_correct(extract_answer(response), answers, **kwargs)
+
+
 def answer_correct(
     prediction: str,
     answers: str | Sequence[str],
@@ -120,12 +155,13 @@ def answer_correct(
 def qa_r_base(
     predictions: Sequence[str], answers: Sequence[str | Sequence[str]], cfg: RewardConfig
 ) -> np.ndarray:
-    """r_base for a flat batch of QA rollouts: float32 [len(predictions)], tolerances from `cfg`."""
+    """r_base for a flat batch of QA responses (answers extracted by `extract_answer`): float32
+    [len(predictions)], tolerances from `cfg`."""
     if len(predictions) != len(answers):
         raise ValueError(f"qa_r_base: {len(predictions)} predictions but {len(answers)} answer lists")
     return np.array(
-        [answer_correct(p, a, rel_tol=cfg.answer_rel_tol, abs_tol=cfg.answer_abs_tol,
-                        f1_threshold=cfg.answer_f1_threshold) for p, a in zip(predictions, answers)],
+        [qa_correct(p, a, rel_tol=cfg.answer_rel_tol, abs_tol=cfg.answer_abs_tol,
+                    f1_threshold=cfg.answer_f1_threshold) for p, a in zip(predictions, answers)],
         dtype=np.float32,
     )
 
