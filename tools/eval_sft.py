@@ -104,7 +104,9 @@ def main(argv=None) -> int:
                          for r in held[:3]],
         }
     fake_records = run(agent, fakes, 5)
-    report["abstention_rate"] = float(np.mean([is_abstention(r.answer) for r in fake_records]))
+    # An abstention is a finished answer that declines; an empty answer cut by max_tokens does not count.
+    report["abstention_rate"] = float(np.mean([r.finish_reason == "answer" and is_abstention(r.answer)
+                                               for r in fake_records]))
     report["abstain_examples"] = [r.answer[:160] for r in fake_records[:3]]
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(report, indent=2, ensure_ascii=False)

@@ -93,8 +93,10 @@ def flops_of(model_cfg: ModelConfig) -> Callable[[dict[str, float]], float]:
 
 def make_evaluator(loss_fn, batches: Callable[[], Iterable[dict[str, Any]]], mesh: Mesh, prefix: str = "dev"):
     """evaluate(state) -> {prefix/loss, prefix/nll, prefix/ppl, prefix/tokens}: the token-weighted mean loss over
-    the batches `batches()` yields (a fresh, deterministic pass each time)."""
+    the batches `batches()` yields (a fresh, deterministic pass each time); {} with a warning when they hold no
+    trained token."""
     jitted = jax.jit(lambda p, b: loss_fn(p, b, None))
+    warned: list[bool] = []
 
     def evaluate(state) -> dict[str, float]:
         num = den = nll_num = 0.0
@@ -102,8 +104,12 @@ def make_evaluator(loss_fn, batches: Callable[[], Iterable[dict[str, Any]]], mes
             loss, m = jitted(state.params, device_batch({k: batch[k] for k in BATCH_KEYS}, mesh))
             w = float(m["weight"])
             num, nll_num, den = num + float(loss) * w, nll_num + float(m["nll"]) * w, den + w
-        if den == 0:
-            raise ValueError("evaluation: the dev batches hold no trained tokens")
+        if den == 0:  # e.g. max_len cut every dev example before its assistant turns: nothing to report
+            if not warned:
+                warned.append(True)
+                print(f"warning: {prefix} evaluation skipped: its batches hold no trained tokens (is max_len too "
+                      "short for the dev examples?)", flush=True)
+            return {}
         return {f"{prefix}/loss": num / den, f"{prefix}/nll": nll_num / den,
                 f"{prefix}/ppl": float(np.exp(nll_num / den)), f"{prefix}/tokens": den}
 

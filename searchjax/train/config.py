@@ -112,11 +112,18 @@ class TrainConfig:
 
 
 def _parse_value(text: str) -> Any:
-    """A command-line value as YAML would read it (numbers, booleans, null, lists), else the plain string."""
+    """A command-line value as YAML would read it (numbers, booleans, null, lists), else the plain string; "1e-4"
+    is a float too (YAML 1.1 wants "1.0e-4")."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], cls: type) -> dict[str, Any]:

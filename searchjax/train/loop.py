@@ -83,9 +83,10 @@ def fit(loop: Loop, state: TrainState, start_step: int) -> tuple[TrainState, dic
                 done = deferred.flush()
                 if done is not None:
                     last = _log_done(loop, logger, done, timing, peak) or last
-                ev = loop.evaluate(state)
-                logger.log(step, ev)
-                last = {**last, **ev}
+                ev = loop.evaluate(state) or None
+                if ev:
+                    logger.log(step, ev)
+                    last = {**last, **ev}
                 timing["prev_done"] = None  # the next step's time would include the evaluation
             else:
                 ev = None

@@ -14,8 +14,8 @@ import pytest
 from tests.train.conftest import read_metrics
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "train" / "sft_tiny.yaml"
-ARGS = ["steps=3", "batch_size=4", "data.max_len=512", "data.buckets=[256,512]", "data.window_batches=2",
-        "eval_every=0", "save_every=3", "log_every=1", "progress=false", "checkpoint.async_save=false"]
+ARGS = ["steps=3", "batch_size=4", "data.max_len=1024", "data.buckets=[512,1024]", "data.window_batches=2",
+        "eval_every=0", "data.eval_batches=0", "save_every=3", "log_every=1", "progress=false", "checkpoint.async_save=false"]
 
 
 def _cmd(ws, out, *extra):
