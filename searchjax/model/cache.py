@@ -93,6 +93,35 @@ def _zeros_fn(cfg: ModelConfig, batch: int, max_len: int, dtype: str, mesh: Mesh
     return jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), out_shardings=out)
 
 
+_FIELDS = ("lengths", "k", "v", "conv_q", "conv_k", "conv_v", "state")
+
+
+def _batch_axis(field: str) -> int:
+    return 0 if field == "lengths" else 1
+
+
+def take_rows(cache: Cache, rows: jax.Array, empty: jax.Array | None = None) -> Cache:
+    """The [P]-row cache of rows `rows` [P] int32 of `cache`; a row index out of range reads as an empty row,
+    and so does row p when empty[p] (a fresh sequence: lengths 0, zero conv and DeltaNet states). Jit-able."""
+    def take(field):
+        axis = _batch_axis(field)
+        part = jnp.take(getattr(cache, field), rows, axis=axis, mode="fill", fill_value=0)
+        if empty is None:
+            return part
+        keep = jnp.reshape(~empty, (1,) * axis + (-1,) + (1,) * (part.ndim - axis - 1))
+        return jnp.where(keep, part, jnp.zeros((), part.dtype))
+    return Cache(**{f: take(f) for f in _FIELDS})
+
+
+def put_rows(cache: Cache, rows: jax.Array, part: Cache) -> Cache:
+    """`cache` with rows `rows` [P] replaced by the P rows of `part`; out-of-range row indices are dropped."""
+    def put(field):
+        full, axis = getattr(cache, field), _batch_axis(field)
+        index = (slice(None),) * axis + (rows,)
+        return full.at[index].set(getattr(part, field).astype(full.dtype), mode="drop")
+    return Cache(**{f: put(f) for f in _FIELDS})
+
+
 def _insert(batch_cache: Cache, one_cache: Cache, slot) -> Cache:
     """Row `slot` of every array of batch_cache replaced by row 0 of one_cache (batch axis: 0 for lengths, else 1)."""
 
@@ -102,8 +131,7 @@ def _insert(batch_cache: Cache, one_cache: Cache, slot) -> Cache:
             raise ValueError(f"insert_cache: row shape {row.shape} does not fit a cache of shape {big.shape}")
         return jax.lax.dynamic_update_index_in_dim(big, row, slot, axis=axis)
 
-    leaves = {f: put(getattr(batch_cache, f), getattr(one_cache, f), 0 if f == "lengths" else 1)
-              for f in ("lengths", "k", "v", "conv_q", "conv_k", "conv_v", "state")}
+    leaves = {f: put(getattr(batch_cache, f), getattr(one_cache, f), _batch_axis(f)) for f in _FIELDS}
     return Cache(**leaves)
 
 

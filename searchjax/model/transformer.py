@@ -1,4 +1,4 @@
-"""The Qwen3.5 MoE decoder (QWEN35.md §3.1): full forward, cached prefill and single-token decode.
+"""The Qwen3.5 MoE decoder (QWEN35.md §3.1): full forward, cached prefill (all or last logits), single-token decode.
 
     h = embed[tokens];  for each layer i:  h += Mixer_i(RMSNorm(h));  h += MoE_i(RMSNorm(h))
     logits = RMSNorm(h; final_norm) @ unembedᵀ            (Mixer = Gated DeltaNet or gated attention)
@@ -167,20 +167,36 @@ def _run_cached(params: Params, tokens, cfg: ModelConfig, cache: Cache, pos, val
     return rms_norm(x, params.final_norm, cfg.rms_norm_eps), new
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
-def prefill(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array):
-    """Append right-padded tokens [B,T] (lengths[b] valid) to each row of `cache` at position cache.lengths[b].
-
-    Works on an empty cache (prompt prefill) and on a filled one (multi-token continuation). Padded tokens write
-    nothing and leave the DeltaNet states unchanged. Returns (logits float32 [B,T,V], cache); cache is donated.
-    """
+def _prefill_hidden(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array):
+    """(final-normed h [B,T,D], cache) of appending right-padded tokens [B,T] to each row (see `prefill`)."""
     t = tokens.shape[1]
     lengths = lengths.astype(jnp.int32)
     pos = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
     valid = jnp.arange(t)[None] < lengths[:, None]
     h, new = _run_cached(params, tokens, cfg, cache, pos, valid,
                          lambda p, x, conv, state: deltanet(p, x, valid, conv, state, cfg))
-    return unembed(params, h), new.replace(lengths=cache.lengths + lengths)
+    return h, new.replace(lengths=cache.lengths + lengths)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+def prefill(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array):
+    """Append right-padded tokens [B,T] (lengths[b] valid) to each row of `cache` at position cache.lengths[b].
+
+    Works on an empty cache (prompt prefill) and on a filled one (multi-token continuation). Padded tokens write
+    nothing and leave the DeltaNet states unchanged (a row with lengths[b] = 0 is unchanged). Returns
+    (logits float32 [B,T,V], cache); cache is donated.
+    """
+    h, cache = _prefill_hidden(params, tokens, cfg, cache, lengths)
+    return unembed(params, h), cache
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+def prefill_last(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array):
+    """`prefill` returning only the logits of each row's last appended token, float32 [B,V] (the next-token
+    logits a decode starts from; meaningless for a row with lengths[b] = 0). Never builds the [B,T,V] logits."""
+    h, cache = _prefill_hidden(params, tokens, cfg, cache, lengths)
+    last = jnp.maximum(lengths.astype(jnp.int32) - 1, 0)
+    return unembed(params, jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]), cache
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))

@@ -5,8 +5,10 @@
         group_records
 
 - `SearchJaxEngine` (a jetstream.engine.engine_api.Engine): prefill / insert / generate over slots, sampling with
-  temperature, top-p and top-k, log μ_infer of every sampled token.
-- `RolloutDriver`: continuous batching for RL: tokens, log-probs, finish reasons, per-request stops, params swap.
+  temperature, top-p and top-k, log μ_infer of every sampled token; `prefill_slots` (`SlotPrefill`) prefills
+  several requests at once into their slots, afresh or appended to a slot's cache.
+- `RolloutDriver`: continuous batching for RL: tokens, log-probs, finish reasons, per-request stops, params swap
+  (`version`), and multi-turn cache extension (a follow-up appends only its new tokens to its slot).
 - the search agent (`run_rollouts`): multi-turn search_web rollouts → `RolloutRecord`s (JSONL, padded arrays,
   `group_records` for the [N, G] GRPO layout).
 - `searchjax.rollout.serve.RolloutServer`: JetStream's orchestrator and Decode gRPC service with our engine, bound
@@ -15,7 +17,9 @@
 
 from searchjax.rollout.agent import AgentConfig, PromptItem, SearchAgent, run_rollouts
 from searchjax.rollout.driver import Completion, DriverStats, Request, RolloutDriver
-from searchjax.rollout.engine import DecodeState, JetStreamTokenizer, Prefix, SampledTokens, SearchJaxEngine
+from searchjax.rollout.engine import (
+    DecodeState, JetStreamTokenizer, Prefix, SampledTokens, SearchJaxEngine, SlotPrefill,
+)
 from searchjax.rollout.records import (
     RecordGroups, RolloutRecord, group_records, read_jsonl, record_from_dict, to_arrays, write_jsonl,
 )
@@ -44,6 +48,7 @@ __all__ = [
     "Sampling",
     "SamplingArrays",
     "SearchJaxEngine",
+    "SlotPrefill",
     "sample",
     "sampling_logprobs",
     "token_logprobs",

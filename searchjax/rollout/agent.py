@@ -41,7 +41,7 @@ from searchjax.data.prompts import prompt_messages
 from searchjax.rollout.driver import Completion, Request, RolloutDriver
 from searchjax.rollout.records import POLICY, REFERENCE, RolloutRecord
 from searchjax.rollout.sampling import Sampling
-from searchjax.search import SEARCH_WEB_TOOL, TOOL_NAME, SearchBackend, SearchTool
+from searchjax.search import MAX_RESULTS, SEARCH_WEB_TOOL, TOOL_NAME, SearchBackend, SearchTool
 
 TOOLS = (SEARCH_WEB_TOOL,)
 
@@ -55,10 +55,12 @@ class AgentConfig:
     max_new_tokens: int = 1024
     sampling: Sampling = Sampling()
     enable_thinking: bool = True
+    max_results: int = MAX_RESULTS  # results a search shows (≤ 10); as many as the policy's SFT data showed
 
     def __post_init__(self):
-        if self.budget < 0 or self.max_new_tokens < 1:
-            raise ValueError(f"AgentConfig: budget >= 0 and max_new_tokens >= 1 required, got {self}")
+        if self.budget < 0 or self.max_new_tokens < 1 or not 1 <= self.max_results <= MAX_RESULTS:
+            raise ValueError(f"AgentConfig: budget >= 0, max_new_tokens >= 1 and 1 <= max_results <= "
+                             f"{MAX_RESULTS} required, got {self}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,15 +191,16 @@ class SearchAgent:
     def _execute(self, r: _Rollout, parsed, log: list[dict[str, Any]]) -> tuple[list[str], bool]:
         """Run the turn's tool calls in order: (the responses, whether the rollout ends on "budget").
 
-        Each call is appended to `log` as {name, arguments, ok, error} for the record's transcript.
         A parser-rejected call is not executed, counts as a call and a failure, gets an error response and
         consumes no budget. A well-formed call goes to the rollout's SearchTool, which checks the budget before
         searching from its own count n of well-formed calls: calls n = 1..b search; a call with n > b runs no
         search and fails with a "budget used up" response. A well-formed call made after such a response was
         shown (n > b before this turn) also counts as a failed call, and the rollout ends on "budget".
+        Each call is appended to `log` as {name, arguments, ok, error} for the record's transcript.
         """
         t0 = time.perf_counter()
         responses, told = [], r.tool.calls > r.tool.max_calls
+
         def reject(name: str, arguments: dict, errors: list[str]) -> None:
             r.rejected += 1
             responses.append("Error: malformed tool call: " + "; ".join(errors))
@@ -211,7 +214,8 @@ class SearchAgent:
             if call.ok and call.name == TOOL_NAME:
                 result = r.tool.call(dict(call.arguments))
                 responses.append(result.text)
-                log.append({"name": call.name, "arguments": dict(call.arguments), "ok": result.ok, "error": result.error})
+                log.append({"name": call.name, "arguments": dict(call.arguments), "ok": result.ok,
+                            "error": result.error})
                 ends = ends or told
             else:
                 reject(call.name, dict(call.arguments), call.errors or [f"unknown tool {call.name!r}"])
@@ -264,7 +268,7 @@ class SearchAgent:
             indices = range(group_size) if model == POLICY else [-1]
             for i in indices:
                 k = jax.random.fold_in(base, group_size if i < 0 else i)
-                tool = SearchTool(self.backend, self.budget(item))
+                tool = SearchTool(self.backend, self.budget(item), self.config.max_results)
                 states.append(_Rollout(item, i, model, k, prompt, tool, self.config.sampling, version))
 
         def on_finish(c: Completion) -> list[Request]:

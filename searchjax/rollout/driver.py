@@ -1,9 +1,10 @@
 """The RL rollout driver: a queue of requests → continuous batching over the engine's slots → completions.
 
-It uses the same engine methods as JetStream's orchestrator (`prefill`, `insert`, `generate`) in one thread,
-and records what the orchestrator does not: for every request the sampled ids, log μ_infer of each one (the
-log-probability under the distribution it was sampled from, RECIPE.md §2), the finish reason, and per-request
-stops. Finish reasons:
+It runs the engine's decode loop (`generate`, as JetStream's orchestrator does) in one thread, admitting
+requests with the engine's batched `prefill_slots`: every request that finds a free slot in a loop iteration
+is prefilled in the same call. It records what the orchestrator does not: for every request the sampled ids,
+log μ_infer of each one (the log-probability under the distribution it was sampled from, RECIPE.md §2), the
+finish reason, and per-request stops. Finish reasons:
 
     stop_token   the last token is one of the request's stop ids (it is kept: the trainer sees it)
     stop_string  the decoded tail of the generation contains one of the request's stop strings
@@ -14,6 +15,14 @@ stops. Finish reasons:
 The loop is pipelined: step t+1 is dispatched before the tokens of step t are read on the host, so host work
 overlaps device work. A slot that finished at step t therefore runs one wasted step, whose token is ignored.
 Requests may be added while running (`on_finish` returns follow-ups, e.g. the next turn of an agent).
+
+Cache extension: a follow-up whose prompt is the finished request's prompt + generated tokens + more (the
+agent's next turn: the tool response and the generation prompt) keeps the finished request's slot, and only
+the new tokens are prefilled onto its cache. That is exact because the engine stops a slot on device at its
+stop id or max_new_tokens (the slot holds exactly prompt + generated), and it samples the same tokens with
+the same log μ as a fresh prefill of the whole prompt (up to float rounding: chunk boundaries differ).
+Requests ending on a multi-token stop string or a full cache are not continued; `extend_cache=False` turns
+the extension off.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from searchjax.rollout.engine import SearchJaxEngine, prefill_bucket
+from searchjax.rollout.engine import MAX_STOP_IDS, SearchJaxEngine, SlotPrefill
 from searchjax.rollout.sampling import Sampling
 
 FINISH_REASONS = ("stop_token", "stop_string", "max_tokens", "context")
@@ -70,7 +79,8 @@ class DriverStats:
     steps: decode steps; tokens: generated tokens; wall_s: the whole run; host_s: host bookkeeping after each
     step's tokens arrived (not the wait for them); steady_steps / steady_s: loop iterations that admitted no
     request (pure decode), and their wall time: steady_s / steady_steps is the cost of a decode step as seen
-    by the driver, device time plus whatever host time is not hidden behind it.
+    by the driver, device time plus whatever host time is not hidden behind it. prefill_tokens: tokens
+    prefilled; resumed: requests that continued the cache of the slot their predecessor finished in.
     """
 
     steps: int = 0
@@ -80,6 +90,8 @@ class DriverStats:
     host_s: float = 0.0
     steady_steps: int = 0
     steady_s: float = 0.0
+    prefill_tokens: int = 0
+    resumed: int = 0
 
 
 class _Live:
@@ -92,11 +104,23 @@ class _Live:
         self.logprobs: list[float] = []
 
 
+@dataclasses.dataclass(frozen=True)
+class _Admission:
+    """A request about to be prefilled into `slot`; `cached` of its prompt tokens are already in the slot."""
+
+    slot: int
+    request: Request
+    cached: int
+    t_queued: float
+
+
 class RolloutDriver:
     """Continuous batching over a `SearchJaxEngine` for RL rollouts (see module docstring)."""
 
-    def __init__(self, engine: SearchJaxEngine, params: Any):
-        self.engine = engine
+    def __init__(self, engine: SearchJaxEngine, params: Any, extend_cache: bool = True):
+        """extend_cache=False prefills every follow-up afresh (the reference the cache extension is tested and
+        benchmarked against)."""
+        self.engine, self.extend_cache = engine, extend_cache
         self.tokenizer = engine.tokenizer
         self.params = engine.place_params(params)
         self.version = 0  # the policy version: how many times set_params swapped the weights in
@@ -132,21 +156,10 @@ class RolloutDriver:
         bad = [t for t in request.prompt if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"request {request.tag!r}: token ids {bad[:5]} outside the vocabulary [0, {vocab})")
-
-    def _prefill(self, request: Request):
-        """Prefill the prompt, in chunks of max_prefill_length continued through `existing_prefix`."""
-        prompt = np.asarray(request.prompt, np.int32)
-        chunk = self.engine.max_prefill_length
-        prefix = None
-        for start in range(0, len(prompt), chunk):
-            piece = prompt[start : start + chunk]
-            padded = np.zeros(prefill_bucket(len(piece), chunk), np.int32)
-            padded[: len(piece)] = piece
-            extra = {"sampling": request.sampling, "key": request.key} if prefix is None else {}
-            prefix = self.engine.prefill(
-                params=self.params, existing_prefix=prefix, padded_tokens=padded, true_length=len(piece), **extra
-            )
-        return prefix
+        stop_ids = self._stops(request)[0]
+        if len(stop_ids) > MAX_STOP_IDS:
+            raise ValueError(f"request {request.tag!r}: {len(stop_ids)} stop token ids (stop_token_ids and the "
+                             f"single-token stop_strings); at most {MAX_STOP_IDS}")
 
     def _stops(self, request: Request) -> tuple[frozenset[int], tuple[str, ...], int]:
         """Stop ids, the stop strings that are not single tokens, and the token window that can contain them."""
@@ -174,38 +187,79 @@ class RolloutDriver:
             self._check(r)
         slots: list[_Live | None] = [None] * engine.max_concurrent_decodes
         free = list(range(engine.max_concurrent_decodes))[::-1]
+        resumed: list[_Admission] = []  # follow-ups that continue the cache of the slot they finished in
         state, step, inflight, done = engine.init_decode_state(), 0, None, []
         stats = DriverStats()
         while True:
-            t_iter, admitted = time.perf_counter(), bool(free and pending)
+            t_iter, admit, resumed = time.perf_counter(), resumed, []
             while free and pending:
                 request, t_queued = pending.popleft()
-                slot = free.pop()
-                state = engine.insert(self._prefill(request), state, slot)
-                slots[slot] = _Live(request, step, *self._stops(request), t_queued)
+                admit.append(_Admission(free.pop(), request, 0, t_queued))
+            if admit:
+                state = self._admit(state, admit, slots, step, stats)
             dispatched = None
             if any(s is not None for s in slots):
                 state, result = engine.generate(self.params, state)
                 result.copy_to_host_async()
                 dispatched, step = (step, result), step + 1
             if inflight is not None:
-                for c in self._process(inflight, slots, free, stats):
+                for slot, c in self._process(inflight, slots, stats):
                     done.append(c)
-                    for follow in (on_finish(c) if on_finish else None) or ():
-                        self._check(follow)
-                        pending.append((follow, time.perf_counter()))
-            if not admitted and inflight is not None and dispatched is not None:
+                    follow_ups = list((on_finish(c) if on_finish else None) or ())
+                    kept = self._place(c, slot, follow_ups, pending, resumed)
+                    if not kept:
+                        free.append(slot)
+            if not admit and inflight is not None and dispatched is not None:
                 stats.steady_steps += 1
                 stats.steady_s += time.perf_counter() - t_iter
             inflight = dispatched
-            if inflight is None and not pending:
+            if inflight is None and not pending and not resumed:
                 break
         stats.steps, stats.requests, stats.wall_s = step, len(done), time.perf_counter() - t_start
         self.stats = stats
         return done
 
-    def _process(self, inflight, slots: list[_Live | None], free: list[int], stats: DriverStats) -> list[Completion]:
-        """Read one step's tokens on the host; finish the requests that stopped and free their slots."""
+    def _place(self, c: Completion, slot: int, follow_ups: list[Request], pending, resumed) -> bool:
+        """Queue `c`'s follow-ups; the first that continues c's sequence keeps c's slot. Returns whether one did."""
+        kept = False
+        for follow in follow_ups:
+            self._check(follow)
+            cached = 0 if kept else self._cached_length(c, follow)
+            if cached:
+                resumed.append(_Admission(slot, follow, cached, time.perf_counter()))
+                kept = True
+            else:
+                pending.append((follow, time.perf_counter()))
+        return kept
+
+    def _cached_length(self, c: Completion, follow: Request) -> int:
+        """How many of `follow`'s prompt tokens c's slot already holds: n = |prompt| + |generated| when follow's
+        prompt starts with c's whole sequence and is longer, and c stopped on device (a stop id or
+        max_new_tokens: not a stop string, after which the slot ran on, nor a full cache); else 0."""
+        if not self.extend_cache or c.finish_reason not in ("stop_token", "max_tokens"):
+            return 0
+        n, head = len(c.request.prompt) + len(c.tokens), len(c.request.prompt)
+        if len(follow.prompt) <= n or follow.prompt[:head] != c.request.prompt:
+            return 0
+        return n if list(follow.prompt[head:n]) == c.tokens.tolist() else 0
+
+    def _admit(self, state, admit: list[_Admission], slots: list[_Live | None], step: int, stats: DriverStats):
+        """Prefill the admitted requests into their slots, all in one `prefill_slots` call (continuations append
+        only their new tokens); they own their slots from decode step `step` on."""
+        batch = []
+        for a in admit:
+            stops = self._stops(a.request)
+            batch.append(SlotPrefill(
+                slot=a.slot, tokens=a.request.prompt[a.cached :], fresh=a.cached == 0, sampling=a.request.sampling,
+                key=a.request.key, stop_ids=tuple(sorted(stops[0])), max_new_tokens=a.request.max_new_tokens,
+            ))
+            slots[a.slot] = _Live(a.request, step, *stops, a.t_queued)
+            stats.prefill_tokens += len(a.request.prompt) - a.cached
+            stats.resumed += a.cached > 0
+        return self.engine.prefill_slots(self.params, state, batch)
+
+    def _process(self, inflight, slots: list[_Live | None], stats: DriverStats) -> list[tuple[int, Completion]]:
+        """Read one step's tokens on the host; finish the requests that stopped: (their slots, completions)."""
         step, result = inflight
         data = np.asarray(result.data).tolist()
         logprobs = np.asarray(result.logprobs).tolist()
@@ -218,9 +272,8 @@ class RolloutDriver:
             reason, stop = ("context", None) if not valid else self._append(live, token, logprobs[slot])
             stats.tokens += int(bool(valid))
             if reason is not None:
-                finished.append(self._complete(live, reason, stop))
+                finished.append((slot, self._complete(live, reason, stop)))
                 slots[slot] = None
-                free.append(slot)
         stats.host_s += time.perf_counter() - t_host
         return finished
 

@@ -1,8 +1,16 @@
 """`SearchJaxEngine`: the Qwen3.5 model behind JetStream's Engine API (google-jetstream 0.2.2).
 
-Continuous batching over `max_concurrent_decodes` slots. A request is prefilled alone into a batch-1 hybrid
-cache (attention KV + DeltaNet conv + recurrent state), then `insert`ed into a free slot of the batched decode
-state; every `generate` call advances all slots by one token.
+Continuous batching over `max_concurrent_decodes` slots. Through JetStream's API a request is prefilled alone
+into a batch-1 hybrid cache (attention KV + DeltaNet conv + recurrent state), then `insert`ed into a free slot
+of the batched decode state; every `generate` call advances all slots by one token. The rollout driver uses
+the searchjax extension `prefill_slots` instead: several requests prefilled at once straight into their slots,
+each either afresh or appended to what its slot already holds (the next turn of a multi-turn rollout
+continues the cache of the previous one instead of prefilling the whole history again).
+
+Stops on device: a slot admitted by `prefill_slots` carries its stop ids and max_new_tokens, and stops feeding
+its cache in the very `generate` step that samples a stop id or its last allowed token. The driver reads
+tokens one step late (it pipelines), so without this the slot would already have fed one more token; with it
+the slot's cache holds exactly prompt + generated tokens, which is what a continuation appends to.
 
 Sampling lives in `generate`, not in `prefill`: a prefix carries the logits of the next token, and each
 `generate` first *samples* from the pending logits of every slot (temperature / top-k / top-p per slot,
@@ -21,7 +29,9 @@ shardings can be swapped between rollout phases without recompiling (`trace_coun
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -31,6 +41,8 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from searchjax import model as M
+from searchjax.model.cache import put_rows, take_rows
+from searchjax.model.transformer import prefill_last
 from searchjax.chat.tokenizer import Tokenizer, load_tokenizer
 from searchjax.rollout.jetstream_compat import engine_api, token_utils, tokenizer_api, tokenizer_pb2
 from searchjax.rollout.sampling import Sampling, SamplingArrays, sample
@@ -38,6 +50,8 @@ from searchjax.sharding import make_mesh
 
 # The prefill buckets of JetStream's pad_tokens; max_prefill_length must be one of them.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+MAX_STOP_IDS = 8  # stop token ids a slot checks on device
+NO_LIMIT = np.iinfo(np.int32).max  # max_new of a slot without a device-side token limit (JetStream's insert)
 
 
 @struct.dataclass
@@ -55,7 +69,8 @@ class DecodeState:
     """The batched decode state over B slots.
 
     cache: the hybrid cache [B, ...]; logits [B,V] f32 of each slot's next token; sampling [B]; key data [B,k];
-    generated [B] i32 tokens produced since insert; active [B] bool (a slot stops when its cache is full).
+    generated [B] i32 tokens produced since insert; active [B] bool (a slot stops when its cache is full, and
+    after it sampled one of its stop_ids [B, MAX_STOP_IDS] i32 (−1 = none) or its max_new [B] i32-th token).
     """
 
     cache: Any
@@ -64,6 +79,26 @@ class DecodeState:
     keys: jax.Array
     generated: jax.Array
     active: jax.Array
+    stop_ids: jax.Array
+    max_new: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotPrefill:
+    """One request for `SearchJaxEngine.prefill_slots`.
+
+    slot: the decode slot; tokens: the ids to append; fresh: start from an empty cache (a new request) rather
+    than append to what the slot holds (a continuation); sampling, key (typed PRNG key): the request's own;
+    stop_ids (at most MAX_STOP_IDS) and max_new_tokens: where the slot stops feeding its cache on device.
+    """
+
+    slot: int
+    tokens: tuple[int, ...]
+    fresh: bool
+    sampling: Sampling
+    key: jax.Array
+    stop_ids: tuple[int, ...] = ()
+    max_new_tokens: int = NO_LIMIT
 
 
 @struct.dataclass
@@ -202,6 +237,7 @@ class SearchJaxEngine(engine_api.Engine):
         self._fresh_cache = jax.jit(self._zero_cache, out_shardings=prefix_shardings.cache)
         self._init_state = jax.jit(self._zero_state, out_shardings=state_shardings)
         self._prefill = jax.jit(self._prefill_step, out_shardings=prefix_shardings)
+        self._prefill_slots = jax.jit(self._prefill_slots_step, donate_argnums=(1,), out_shardings=state_shardings)
         self._insert = jax.jit(self._insert_step, donate_argnums=(1,), out_shardings=state_shardings)
         self._generate = jax.jit(
             self._generate_step, donate_argnums=(1,), out_shardings=(state_shardings, repl, repl)
@@ -230,18 +266,40 @@ class SearchJaxEngine(engine_api.Engine):
             keys=jnp.zeros((b, jax.random.key_data(self._base_key).shape[-1]), jnp.uint32),
             generated=jnp.zeros((b,), jnp.int32),
             active=jnp.zeros((b,), bool),
+            stop_ids=jnp.full((b, MAX_STOP_IDS), -1, jnp.int32),
+            max_new=jnp.full((b,), NO_LIMIT, jnp.int32),
         )
 
     def _prefill_step(self, params, tokens, true_length, cache, sampling, key) -> Prefix:
         """Append tokens[0, :true_length] to the batch-1 cache; keep the logits of the last real position."""
         self.trace_counts["prefill"] += 1
         lengths = jnp.reshape(true_length, (1,)).astype(jnp.int32)
-        logits, cache = M.prefill(params, tokens, self.cfg, cache, lengths)
-        last = jnp.take(logits[0], true_length - 1, axis=0).astype(jnp.float32)
-        return Prefix(cache=cache, logits=last[None, :], sampling=sampling, key=key)
+        last, cache = prefill_last(params, tokens, self.cfg, cache, lengths)
+        return Prefix(cache=cache, logits=last.astype(jnp.float32), sampling=sampling, key=key)
+
+    def _prefill_slots_step(self, params, state: DecodeState, slots, tokens, lengths, fresh, sampling, keys,
+                            stop_ids, max_new) -> DecodeState:
+        """Append tokens [P,T] (lengths [P]) to the caches of `slots` [P] (emptied first where fresh [P]) and make
+        those slots generate from their last token's logits; a slot index >= B is a padding row (writes nothing)."""
+        self.trace_counts["prefill_slots"] += 1
+        rows = take_rows(state.cache, slots, empty=fresh)
+        last, rows = prefill_last(params, tokens, self.cfg, rows, lengths)
+        put = lambda full, part: full.at[slots].set(part.astype(full.dtype), mode="drop")  # noqa: E731
+        p = slots.shape[0]
+        return DecodeState(
+            cache=put_rows(state.cache, slots, rows),
+            logits=put(state.logits, last),
+            sampling=jax.tree.map(put, state.sampling, sampling),
+            keys=put(state.keys, keys),
+            generated=put(state.generated, jnp.zeros((p,), jnp.int32)),
+            active=put(state.active, jnp.ones((p,), bool)),
+            stop_ids=put(state.stop_ids, stop_ids),
+            max_new=put(state.max_new, max_new),
+        )
 
     def _insert_step(self, prefix: Prefix, state: DecodeState, slot) -> DecodeState:
-        """Row `slot` of the decode state becomes the prefix (cache, pending logits, sampling, key)."""
+        """Row `slot` of the decode state becomes the prefix (cache, pending logits, sampling, key); no device stops
+        (JetStream's orchestrator stops requests on the host)."""
         self.trace_counts["insert"] += 1
         put = lambda full, row: full.at[slot].set(row[0])  # noqa: E731
         return DecodeState(
@@ -251,6 +309,8 @@ class SearchJaxEngine(engine_api.Engine):
             keys=put(state.keys, prefix.key),
             generated=state.generated.at[slot].set(0),
             active=state.active.at[slot].set(True),
+            stop_ids=state.stop_ids.at[slot].set(-1),
+            max_new=state.max_new.at[slot].set(NO_LIMIT),
         )
 
     def _shardings(self, batch: int, kind: type):
@@ -260,10 +320,15 @@ class SearchJaxEngine(engine_api.Engine):
         sampling = SamplingArrays(temperature=repl, top_p=repl, top_k=repl)
         if kind is Prefix:
             return Prefix(cache=cache, logits=repl, sampling=sampling, key=repl)
-        return DecodeState(cache=cache, logits=repl, sampling=sampling, keys=repl, generated=repl, active=repl)
+        return DecodeState(cache=cache, logits=repl, sampling=sampling, keys=repl, generated=repl, active=repl,
+                           stop_ids=repl, max_new=repl)
 
     def _generate_step(self, params, state: DecodeState):
-        """Sample every slot from its pending logits, then feed the samples through decode_step."""
+        """Sample every slot from its pending logits, then feed the samples through decode_step.
+
+        A slot stays active after this step iff it fed its token and that token is neither one of its stop ids
+        nor its max_new-th: a stopped slot's cache holds exactly its prompt and its generated tokens.
+        """
         self.trace_counts["generate"] += 1
         keys = jax.vmap(lambda kd, n: jax.random.fold_in(jax.random.wrap_key_data(kd), n))(
             state.keys, state.generated
@@ -273,13 +338,16 @@ class SearchJaxEngine(engine_api.Engine):
         feed = state.active & (state.cache.lengths < self.max_len)
         logits, cache = M.decode_step(params, tokens, self.cfg, state.cache, active=feed)
         generated = state.generated + state.active.astype(jnp.int32)
+        stopped = jnp.any(tokens[:, None] == state.stop_ids, axis=1) | (generated >= state.max_new)
         new_state = DecodeState(
             cache=cache,
             logits=jnp.where(feed[:, None], logits.astype(jnp.float32), state.logits),
             sampling=state.sampling,
             keys=state.keys,
             generated=generated,
-            active=feed,
+            active=feed & ~stopped,
+            stop_ids=state.stop_ids,
+            max_new=state.max_new,
         )
         data = jnp.stack([tokens, state.active.astype(jnp.int32), generated], axis=1)
         logprobs = jnp.where(state.active, logprobs, 0.0)
@@ -324,6 +392,47 @@ class SearchJaxEngine(engine_api.Engine):
             if sampling is not None or key is not None:
                 raise ValueError("prefill: a continuation keeps its prefix's sampling and key; pass neither")
         return self._prefill(params, tokens, jnp.int32(true_length), cache, sampling_arrays, key_data)
+
+    def prefill_slots(self, params: Any, state: DecodeState, requests: Sequence[SlotPrefill]) -> DecodeState:
+        """Prefill several requests into their slots at once (searchjax extension; the rollout driver's admission).
+
+        Each `SlotPrefill` appends its tokens to its slot's cache, an empty one when `fresh`, and the slot then
+        generates as if its whole sequence had been prefilled and `insert`ed: its own sampling and key (token n
+        uses fold_in(key, n)), its stop ids and max_new_tokens checked on device. The requests run P rows at a
+        time, P padded to a power of two (at most B) with rows that write nothing, in chunks of
+        max_prefill_length padded to JetStream's buckets: the compiled shapes are (P bucket, T bucket). The
+        caller keeps each slot's length + len(tokens) < max_len (the driver checks it). `state` is donated.
+        """
+        seen = [r.slot for r in requests]
+        if len(set(seen)) != len(seen) or not all(0 <= s < self._batch for s in seen):
+            raise ValueError(f"prefill_slots: slots {seen} must be distinct and in [0, {self._batch})")
+        for r in requests:
+            if not r.tokens or len(r.stop_ids) > MAX_STOP_IDS or r.max_new_tokens < 1:
+                raise ValueError(f"prefill_slots: slot {r.slot} needs tokens, at most {MAX_STOP_IDS} stop ids and "
+                                 f"max_new_tokens >= 1 (got {len(r.tokens)} tokens, {len(r.stop_ids)} stop ids, "
+                                 f"max_new_tokens {r.max_new_tokens})")
+        chunk = self._max_prefill
+        for start in range(0, max((len(r.tokens) for r in requests), default=0), chunk):
+            part = [r for r in requests if len(r.tokens) > start]
+            state = self._prefill_slots(params, state, *self._slot_arrays(part, start, chunk))
+        return state
+
+    def _slot_arrays(self, part: Sequence[SlotPrefill], start: int, chunk: int) -> tuple:
+        """The kernel's arguments for tokens[start : start + chunk] of each request, padded to the buckets."""
+        pieces = [r.tokens[start : start + chunk] for r in part]
+        t = prefill_bucket(max(len(x) for x in pieces), chunk)
+        p = min(1 << (len(part) - 1).bit_length(), self._batch)
+        tokens, lengths = np.zeros((p, t), np.int32), np.zeros((p,), np.int32)
+        slots, fresh = np.full((p,), self._batch, np.int32), np.zeros((p,), bool)
+        stops, max_new = np.full((p, MAX_STOP_IDS), -1, np.int32), np.ones((p,), np.int32)
+        for i, (r, piece) in enumerate(zip(part, pieces)):
+            tokens[i, : len(piece)], lengths[i], slots[i] = piece, len(piece), r.slot
+            fresh[i], max_new[i] = r.fresh and start == 0, r.max_new_tokens
+            stops[i, : len(r.stop_ids)] = r.stop_ids
+        rows = [r.sampling for r in part] + [self.default_sampling] * (p - len(part))
+        keys = jnp.stack([jax.random.key_data(r.key) for r in part])
+        keys = jnp.pad(keys, ((0, p - len(part)), (0, 0)))
+        return slots, tokens, lengths, fresh, SamplingArrays.of(rows), keys, stops, max_new
 
     def insert(self, prefix: Prefix, decode_state: DecodeState, slot: int) -> DecodeState:
         if not 0 <= slot < self._batch:

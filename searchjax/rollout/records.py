@@ -231,7 +231,9 @@ def group_records(
         raise ValueError(f"group_records: records of prompts not in prompt_ids: {unlisted[:5]}")
     missing = [f"{p}/{i}" for p in order for i in range(group_size) if (p, i) not in policy]
     if missing:
-        raise ValueError(f"group_records: {len(missing)} missing group member(s) (prompt_id/group_index): {missing[:10]}")
+        raise ValueError(
+            f"group_records: {len(missing)} missing group member(s) (prompt_id/group_index): {missing[:10]}"
+        )
     if reference and len(reference) != len(order):
         absent = [p for p in order if p not in reference]
         raise ValueError(f"group_records: prompts without a reference rollout: {absent[:10]}")

@@ -163,3 +163,24 @@ def test_scan_and_unrolled_layer_loops_agree(model):
         step, cache = decode_step(params, tokens[:, 0], c, cache)
         outs.append((logits, step, cache))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=ATOL), outs[0], outs[1])
+
+
+def test_take_and_put_rows():
+    """take_rows gathers rows (out of range and `empty` rows read as empty ones); put_rows writes them back."""
+    from searchjax.model.cache import put_rows, take_rows
+    from searchjax.testing.models import tiny_config
+
+    cfg = tiny_config("tiny")
+    leaves, treedef = jax.tree.flatten(init_cache(cfg, 4, 8))
+    keys = jax.random.split(jax.random.key(0), len(leaves))
+    filled = jax.tree.unflatten(treedef, [(jax.random.normal(k, a.shape) + 1).astype(a.dtype)
+                                          for k, a in zip(keys, leaves)])
+    part = take_rows(filled, jnp.array([2, 4, 0]), empty=jnp.array([False, False, True]))
+    for name in ("lengths", "k", "conv_q", "state"):
+        axis = 0 if name == "lengths" else 1
+        got, full = np.asarray(getattr(part, name)), np.asarray(getattr(filled, name))
+        np.testing.assert_array_equal(np.take(got, 0, axis), np.take(full, 2, axis))
+        assert not np.take(got, 1, axis).any() and not np.take(got, 2, axis).any()
+    back = put_rows(init_cache(cfg, 4, 8), jnp.array([3, 4, 1]), part)  # row index 4 is out of range: dropped
+    np.testing.assert_array_equal(np.asarray(back.state)[:, 3], np.asarray(filled.state)[:, 2])
+    assert not np.asarray(back.state)[:, [0, 1, 2]].any()

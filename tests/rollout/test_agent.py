@@ -161,7 +161,8 @@ def test_rejected_calls_consume_no_budget_and_the_valid_search_is_seen(tokenizer
     record, backend, _ = _run(tokenizer, [BAD, BAD, CALL], budget=1, max_new=400)
     assert backend.queries == ["capital of France"]
     assert (record.tool_calls, record.tool_failures, record.finish_reason) == (5, 4, "budget")
-    assert "Paris is the capital of France." in tokenizer.decode(record.tokens) and "used up" in tokenizer.decode(record.tokens)
+    text = tokenizer.decode(record.tokens)
+    assert "Paris is the capital of France." in text and "used up" in text
 
 
 @pytest.mark.parametrize("end", ["<|endoftext|>", "<|im_end|>"])

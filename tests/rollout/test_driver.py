@@ -1,4 +1,7 @@
-"""The engine and the rollout driver on the tiny preset: μ_infer, continuous batching, stops, params swap."""
+"""The engine and the rollout driver on the tiny preset: μ_infer, continuous batching, stops, params swap, and
+multi-turn cache extension."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +10,7 @@ import pytest
 
 from searchjax import model as M
 from searchjax.rollout import Request, RolloutDriver, Sampling, SearchJaxEngine, sampling_logprobs
+from searchjax.rollout.engine import SlotPrefill
 from searchjax.rollout.sampling import SamplingArrays
 from searchjax.sharding import make_mesh
 
@@ -117,6 +121,62 @@ def test_stop_token_in_the_middle_is_exact(engine, params, tokenizer, scripted):
     multi = drv.run([Request(prompt, 8, jax.random.key(0), stop_strings=(text[1:],))])[0]
     assert multi.tokens.tolist() == [b, c, s.tool_call_end]
     assert (multi.finish_reason, multi.stop) == ("stop_string", text[1:])
+
+
+def test_a_continued_slot_has_the_logits_of_a_fresh_prefill(engine, tokenizer):
+    """Generate 4 tokens (the slot stops on device), append more tokens to its cache: the next-token logits are
+    those of the whole sequence prefilled afresh into another slot, in the same batched call."""
+    placed, key = engine.load_params(), jax.random.key(3)
+    prompt, more = tokenizer.encode(PROMPTS[1]), tokenizer.encode(" ".join(PROMPTS) * 2)
+    assert len(more) > engine.max_prefill_length  # the continuation itself runs in two chunks
+    state = engine.prefill_slots(placed, engine.init_decode_state(),
+                                 [SlotPrefill(0, tuple(prompt), True, Sampling(1.0), key, max_new_tokens=4)])
+    generated = []
+    for _ in range(6):  # two steps past max_new_tokens: the slot must not feed anything more
+        state, result = engine.generate(placed, state)
+        token, valid, _ = np.asarray(result.data)[0].tolist()
+        generated += [token] if valid else []
+    assert len(generated) == 4 and int(state.cache.lengths[0]) == len(prompt) + 4
+    sequence = tuple(prompt + generated + more)
+    state = engine.prefill_slots(placed, state, [SlotPrefill(0, tuple(more), False, Sampling(1.0), key),
+                                                 SlotPrefill(2, sequence, True, Sampling(1.0), key)])
+    assert int(state.cache.lengths[0]) == int(state.cache.lengths[2]) == len(sequence)
+    np.testing.assert_allclose(state.logits[0], state.logits[2], atol=1e-5, rtol=0)
+
+
+def test_three_turns_with_cache_extension_equal_re_prefill(engine, params, tokenizer):
+    """Each finished turn returns a follow-up = its whole sequence + new tokens (a tool response): with cache
+    extension only the new tokens are prefilled, and tokens and log μ are those of re-prefilling everything."""
+    extra = [tokenizer.encode(" Search results for the query: Paris."), tokenizer.encode(PROMPTS[1] * 3)]
+
+    def next_turn(c):
+        index, turn = c.request.tag
+        if turn == 2:
+            return []
+        prompt = c.request.prompt + tuple(c.tokens.tolist()) + tuple(extra[turn])
+        return [Request(prompt, 5, jax.random.fold_in(c.request.key, turn + 1), c.request.sampling,
+                        stop_token_ids=c.request.stop_token_ids, tag=(index, turn + 1))]
+
+    requests = [Request(tuple(tokenizer.encode(p)), 5, jax.random.key(i), Sampling(1.0), tag=(i, 0))
+                for i, p in enumerate(PROMPTS[:5])]
+    # The 3rd token request 0 samples becomes a stop id: a turn is also continued after a stop on device.
+    stop = int(RolloutDriver(engine, params).run(requests[:1])[0].tokens[2])
+    requests = [dataclasses.replace(r, stop_token_ids=(stop,)) for r in requests]
+    runs, stats = {}, {}
+    for extend in (True, False):
+        drv = RolloutDriver(engine, params, extend_cache=extend)
+        runs[extend] = {c.request.tag: c for c in drv.run(requests, on_finish=next_turn)}
+        stats[extend] = drv.stats
+    assert len(runs[True]) == len(runs[False]) == 15
+    assert (stats[True].resumed, stats[False].resumed) == (10, 0)
+    new_tokens = sum(len(r.prompt) for r in requests) + 5 * sum(len(x) for x in extra)
+    assert stats[True].prefill_tokens == new_tokens < stats[False].prefill_tokens
+    for tag, want in runs[False].items():
+        got = runs[True][tag]
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5, rtol=0)
+        assert got.finish_reason == want.finish_reason
+    assert runs[True][0, 0].finish_reason == "stop_token" and len(runs[True][0, 0].tokens) == 3
 
 
 def test_full_cache_finishes_with_context(engine, driver, tokenizer):
