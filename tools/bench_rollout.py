@@ -189,11 +189,6 @@ def _batching(cfg, params, tokenizer, args) -> None:
     placed = driver.params
     for d, batch in ((driver, reqs), (driver, reqs[:1]), (driver1, reqs[:1])):  # compile (P = 32 and P = 1 rows)
         d.run(batch)
-    ap.add_argument("--concurrent", type=int, default=32)
-    ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--serial-requests", type=int, default=4, help="requests timed one at a time (a rate)")
-    ap.add_argument("--repeats", type=int, default=3, help="alternating driver / device-loop measurements")
 
     # Alternate the driver and the bare device loop a few times; keep each one's best (the machine is shared).
     best = None
