@@ -14,7 +14,8 @@ checked before a call executes (`SearchAgent._execute`). Every rollout ends with
 
     answer      a turn ended without a tool call (its content is the answer)
     max_tokens  the rollout's policy-token budget (max_new_tokens over all turns) is spent
-    context     the sequence filled the engine's cache
+    context     the sequence filled the engine's cache, or the next tool response would leave no room to
+                generate (it is then not appended): a record never has more than max_len tokens
     budget      a well-formed call came after the model was told that its call budget was used up
 
 Budgets are per prompt (`PromptItem.budget`, default `AgentConfig.budget`); b = 0 offers the tool but every
@@ -23,6 +24,9 @@ call fails without a search (tool_choice=none).
 Groups (RECIPE.md §2): G rollouts per prompt with independent keys fold_in(fold_in(key, p), i), and optionally
 one reference-model rollout per prompt (group_index −1, key fold_in(fold_in(key, p), G)) through the same driver
 with the reference params swapped in (RECIPE.md §4: the preference score and L^ref).
+
+Each turn's request is the whole sequence so far; the driver continues it in the slot of the previous turn,
+prefilling only the tool response and the generation prompt (RolloutDriver's cache extension).
 """
 
 from __future__ import annotations

@@ -330,3 +330,4 @@ def test_a_real_model_stops_exactly_at_tool_call_end(engine, params, tokenizer, 
     assert _policy_spans(record) == [[s.tool_call, s.tool_call_end]] * 3
     # Malformed calls consume no budget: the rollout runs until its policy-token budget is spent.
     assert (record.tool_calls, record.tool_failures, record.finish_reason) == (3, 3, "max_tokens")
+    assert driver.stats.resumed == 2  # turns 2 and 3 continued the cache of the turn before
