@@ -135,10 +135,11 @@ def train_inputs(cfg, mesh, batch: int, seq: int, micro_batches: int):
     f32 = lambda x: _sds(jax.ShapeDtypeStruct(x.shape, jnp.float32), x.sharding) if x.dtype == jnp.bfloat16 else x
     state = state.replace(opt_state=jax.tree.map(f32, state.opt_state))
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=batch_sharding(mesh, (batch, seq)))
+    lengths = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=batch_sharding(mesh, (batch,)))
     loss = next_token_loss(cfg, remat=True, chunk=4096, aux_coef=cfg.router_aux_loss_coef)
     step = make_train_step(loss, tx, micro_batches=micro_batches, lr_fn=lr_schedule(ocfg, 10_000), mesh=mesh,
                            state_shardings=jax.tree.map(lambda x: x.sharding, state))
-    return step, state, {k: tokens for k in BATCH_KEYS}
+    return step, state, {k: lengths if k == "lengths" else tokens for k in BATCH_KEYS}
 
 
 def compile_train(preset: str, topology: str, mesh_shape: dict[str, int], batch: int, seq: int,

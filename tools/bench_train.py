@@ -143,7 +143,8 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(0)
         for width in sorted({int(r["data/width"]) for r in loop_steps}):
             ids = rng.integers(0, start.cfg.vocab_size, (args.batch, width)).astype(np.int32)
-            batch = device_batch({"input_ids": ids, "targets": ids, "loss_mask": np.ones_like(ids)}, mesh)
+            batch = device_batch({"input_ids": ids, "targets": ids, "loss_mask": np.ones_like(ids),
+                                  "lengths": np.full((args.batch,), width, np.int32)}, mesh)
             state, m = step(state, batch)
             jax.block_until_ready(m)
             times = []

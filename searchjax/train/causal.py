@@ -1,12 +1,14 @@
 """The pieces the causal-LM stages (LM pretraining, SFT) share: the loss, the start model, eval, export, FLOPs.
 
-Loss over a batch {input_ids, targets, loss_mask} (RECIPE.md §1 for SFT; plain next-token for pretraining):
+Loss over a batch {input_ids, targets, loss_mask, lengths} (RECIPE.md §1 for SFT; plain next-token for
+pretraining):
 
     L = − Σ_{b,t} m_{b,t} log π(targets_{b,t} | input_ids_{b,≤t}) / Σ m  +  c_aux · L_aux
 
 with m the loss mask (assistant tokens for SFT, every token for pretraining), log π from the chunked log-softmax
 (never [B, T, V] logits) and L_aux the router load-balancing loss (searchjax.model.moe) weighted by
-`router_aux_loss_coef` (the model config's value unless the stage config sets one).
+`router_aux_loss_coef` (the model config's value unless the stage config sets one), its statistics over the
+real tokens only (positions < lengths).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from searchjax.model.transformer import hidden_states
 from searchjax.train.flops import model_flops
 from searchjax.train.step import device_batch
 
-BATCH_KEYS = ("input_ids", "targets", "loss_mask")
+BATCH_KEYS = ("input_ids", "targets", "loss_mask", "lengths")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +71,9 @@ def next_token_loss(model_cfg: ModelConfig, *, remat: bool, chunk: int, aux_coef
 
     def loss_fn(params, batch, key):
         del key  # deterministic forward
-        h, aux = hidden_states(params, batch["input_ids"], model_cfg, remat=remat, return_aux=True)
+        t = batch["input_ids"].shape[1]
+        valid = jnp.arange(t)[None, :] < batch["lengths"][:, None]  # padding stays out of the router statistics
+        h, aux = hidden_states(params, batch["input_ids"], model_cfg, remat=remat, return_aux=True, valid=valid)
         nll, m = sft_loss(h, params.unembed, batch["targets"], batch["loss_mask"], chunk=chunk)
         loss = nll + aux_coef * aux["router_aux_loss"]
         return loss, {"nll": m["nll"], "n_tokens": m["n_tokens"], "weight": m["n_tokens"],

@@ -78,7 +78,10 @@ def run_lm(cfg: LMConfig, model: str | Path, out: str | Path, overwrite: bool = 
     if d.dev:
         dev_rows = stream_rows(token_stream(d.dev, start.tokenizer), d.seq_len)
     else:
+        # At least one dev batch when the corpus has rows to spare (2% of a small world is less than a batch).
         n_dev = int(round(len(rows) * d.dev_fraction))
+        if d.dev_fraction > 0 and len(rows) >= 3 * cfg.batch_size:
+            n_dev = max(n_dev, cfg.batch_size)
         rows, dev_rows = (rows[: len(rows) - n_dev], rows[len(rows) - n_dev:]) if n_dev else (rows, None)
     iterator = iter(lm_dataset(rows, cfg.batch_size, cfg.seed).to_iter_dataset())
     run = prepare_run_dir(out, "lm", cfg, overwrite)
@@ -89,6 +92,9 @@ def run_lm(cfg: LMConfig, model: str | Path, out: str | Path, overwrite: bool = 
         dev = lm_dataset(dev_rows, cfg.batch_size, cfg.seed, shuffle=False)
         n = min(d.eval_batches, len(dev))
         evaluate = make_evaluator(loss_fn, lambda: (dev[i] for i in range(n)), mesh)
+    elif d.eval_batches > 0:
+        print(f"warning: lm: no dev loss ({0 if dev_rows is None else len(dev_rows)} dev rows, fewer than one "
+              f"batch of {cfg.batch_size})", flush=True)
     return run_supervised(Supervised(
         stage="lm", cfg=cfg, run=run, mesh=mesh, abstract_params=start.abstract, param_shardings=start.shardings,
         init_params=start.load, loss_fn=loss_fn, iterator=iterator,

@@ -24,7 +24,7 @@ def _batch(rows: int, seq: int, vocab: int, seed: int = 0) -> dict[str, np.ndarr
     mask = (np.arange(seq)[None] < lengths[:, None] - 1).astype(np.int32)
     mask[:, : seq // 4] = 0  # a "prompt" part without loss, as in SFT
     targets = np.roll(ids, -1, axis=1)
-    return {"input_ids": ids, "targets": targets, "loss_mask": mask}
+    return {"input_ids": ids, "targets": targets, "loss_mask": mask, "lengths": lengths.astype(np.int32)}
 
 
 def _setup(micro_batches=1, lr=1e-2, steps=10, mesh_shape=None, compute_dtype="float32", aux=0.0):
