@@ -40,6 +40,18 @@ def _run(stage_name: str):
     return run
 
 
+def _export(args: argparse.Namespace) -> int:
+    from searchjax.train.causal import export_checkpoint
+
+    if not (Path(args.run) / "run.json").exists():
+        raise CLIError(f"--run {args.run}: not a run directory (no run.json)")
+    if Path(args.out).exists() and not args.overwrite:
+        raise CLIError(f"--out {args.out}: exists (pass --overwrite to replace it)")
+    step = export_checkpoint(args.run, args.out, args.step)
+    print(f"exported step {step} of {args.run} to {args.out}")
+    return 0
+
+
 def register(subparsers) -> None:
     from searchjax.train.stages import STAGES
 
@@ -57,3 +69,10 @@ def register(subparsers) -> None:
         p.add_argument("--overwrite", action="store_true", help="remove RUN and start afresh")
         p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. steps=200")
         p.set_defaults(func=_run(name))
+    p = stages.add_parser("export", help="write a checkpoint of an lm or sft run as an HF checkpoint",
+                          description="write a checkpoint of an lm or sft run as an HF checkpoint")
+    p.add_argument("--run", required=True, help="run directory")
+    p.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
+    p.add_argument("--out", required=True, help="HF checkpoint directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace --out")
+    p.set_defaults(func=_export)

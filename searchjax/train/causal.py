@@ -82,14 +82,6 @@ def next_token_loss(model_cfg: ModelConfig, *, remat: bool, chunk: int, aux_coef
     return loss_fn
 
 
-def batch_counts(batch: dict[str, Any]) -> dict[str, float]:
-    """Host-side counts of a padded batch: real tokens, trained tokens, slots, and the non-padding share."""
-    rows, width = batch["input_ids"].shape
-    tokens = float(np.asarray(batch["lengths"]).sum())
-    return {"data/tokens": tokens, "data/loss_tokens": float(np.asarray(batch["loss_mask"]).sum()),
-            "data/rows": float(rows), "data/width": float(width), "data/nonpad_frac": tokens / (rows * width)}
-
-
 def flops_of(model_cfg: ModelConfig) -> Callable[[dict[str, float]], float]:
     """Useful training FLOPs of one step from its counts (the batch shape as computed, padding included)."""
     return lambda c: model_flops(model_cfg, int(c["data/rows"]), int(c["data/width"]), backward=True)
@@ -128,3 +120,46 @@ def hf_export(model_cfg: ModelConfig, tokenizer_path: Path):
         shutil.copyfile(tokenizer_path, directory / "tokenizer.json")
 
     return export
+
+
+def export_checkpoint(run_dir: str | Path, out: str | Path, step: int | None = None) -> int:
+    """Write the params of a causal-LM run's checkpoint (`step`, default the newest) as an HF checkpoint at `out`
+    (atomically; with the starting model's tokenizer.json), to evaluate or continue from an intermediate step.
+    Returns the step exported."""
+    import yaml
+
+    from searchjax.atomic import atomic_path
+    from searchjax.train.checkpoint import Checkpointer
+    from searchjax.train.config import TrainConfig, load_train_config
+    from searchjax.train.optim import make_optimizer
+    from searchjax.train.rundir import RunDir
+    from searchjax.train.runner import host_params, run_mesh
+    from searchjax.train.stages import STAGES
+    from searchjax.train.state import abstract_state
+
+    run = RunDir(Path(run_dir), resuming=True)
+    stage = yaml.safe_load((run.root / "run.json").read_text())["stage"] if (run.root / "run.json").exists() \
+        else None
+    if stage not in ("lm", "sft"):
+        raise CheckpointError(f"{run.root}: not an lm or sft run directory (run.json stage {stage!r})")
+    cfg: TrainConfig = load_train_config(STAGES[stage].load().Config, run.config)
+    ck = Checkpointer(run.checkpoints, cfg.checkpoint)
+    steps = ck.steps()
+    if not steps or (step is not None and step not in steps):
+        raise CheckpointError(f"{run.checkpoints}: no checkpoint {'at step ' + str(step) if step else ''} "
+                              f"(saved steps: {steps})")
+    step = steps[-1] if step is None else step
+    import json
+
+    meta = json.loads((run.checkpoints / str(step) / "meta" / "metadata").read_text())
+    mesh = run_mesh(cfg)
+    start = start_model(meta["model"], mesh)
+    tx = make_optimizer(cfg.optim, cfg.steps)
+    state = ck.restore_state(step, abstract_state(tx, start.abstract, start.shardings, mesh))
+    ck.close()
+    params = host_params(state.params)
+    if jax.process_index() == 0:
+        with atomic_path(out) as tmp:
+            tmp.mkdir()
+            hf_export(start.cfg, start.path / "tokenizer.json")(params, tmp)
+    return step

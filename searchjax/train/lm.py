@@ -17,7 +17,7 @@ import numpy as np
 
 from searchjax.data.jsonl import DataError
 from searchjax.data.lm import lm_dataset, stream_rows, token_stream
-from searchjax.train.causal import BATCH_KEYS, batch_counts, flops_of, hf_export, make_evaluator, next_token_loss, \
+from searchjax.train.causal import BATCH_KEYS, flops_of, hf_export, make_evaluator, next_token_loss, \
     start_model
 from searchjax.train.config import TrainConfig
 from searchjax.train.rundir import prepare_run_dir
@@ -98,7 +98,7 @@ def run_lm(cfg: LMConfig, model: str | Path, out: str | Path, overwrite: bool = 
     return run_supervised(Supervised(
         stage="lm", cfg=cfg, run=run, mesh=mesh, abstract_params=start.abstract, param_shardings=start.shardings,
         init_params=start.load, loss_fn=loss_fn, iterator=iterator,
-        prepare=host_prepare(mesh, BATCH_KEYS, batch_counts), flops=flops_of(start.cfg),
+        prepare=host_prepare(mesh, BATCH_KEYS), flops=flops_of(start.cfg),
         export=hf_export(start.cfg, start.path / "tokenizer.json"), evaluate=evaluate,
         meta={"model": str(start.path), "train_rows": int(len(rows)), "tokens_per_epoch": int(np.prod(rows.shape))},
     ))

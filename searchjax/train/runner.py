@@ -61,11 +61,14 @@ class Supervised:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def host_prepare(mesh: Mesh, keys: tuple[str, ...], counts: Callable[[dict[str, Any]], dict[str, float]]):
-    """A `prepare` that ships the named numpy arrays of a host batch to the mesh and reports `counts(batch)`."""
+def host_prepare(mesh: Mesh, keys: tuple[str, ...],
+                 counts: Callable[[dict[str, Any]], dict[str, float]] | None = None):
+    """A `prepare` that ships the named numpy arrays of this process's rows of a batch to the mesh, with optional
+    host-side `counts(batch)` of those rows (the step counts the global batch itself:
+    `searchjax.train.step.batch_stats`)."""
 
     def prepare(batch: dict[str, Any]) -> Prepared:
-        return device_batch({k: batch[k] for k in keys}, mesh), counts(batch)
+        return device_batch({k: batch[k] for k in keys}, mesh), ({} if counts is None else counts(batch))
 
     return prepare
 

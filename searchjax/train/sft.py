@@ -15,7 +15,7 @@ from typing import Any, Literal
 from searchjax.data.bucketing import bucketed_dataset
 from searchjax.data.jsonl import DataError
 from searchjax.data.pipeline import Encoder, PipelineConfig, SourceConfig, load_sources
-from searchjax.train.causal import BATCH_KEYS, batch_counts, flops_of, hf_export, make_evaluator, next_token_loss, \
+from searchjax.train.causal import BATCH_KEYS, flops_of, hf_export, make_evaluator, next_token_loss, \
     start_model
 from searchjax.train.config import TrainConfig
 from searchjax.train.rundir import prepare_run_dir
@@ -126,7 +126,7 @@ def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool 
     return run_supervised(Supervised(
         stage="sft", cfg=cfg, run=run, mesh=mesh, abstract_params=start.abstract, param_shardings=start.shardings,
         init_params=start.load, loss_fn=loss_fn, iterator=iterator,
-        prepare=host_prepare(mesh, BATCH_KEYS, batch_counts), flops=flops_of(start.cfg),
+        prepare=host_prepare(mesh, BATCH_KEYS), flops=flops_of(start.cfg),
         export=hf_export(start.cfg, start.path / "tokenizer.json"), evaluate=evaluate,
         meta={"model": str(start.path)},
     ))

@@ -8,7 +8,8 @@ the step accumulates in a `lax.scan`
 
 which for a token-mean loss is exactly the gradient and loss of the whole batch at once (tested ≤ 1e-6), then
 applies one optimizer update. Every other metric is reported as the same weighted mean; `weight` as the sum.
-The step also reports grad_norm (before clipping), update_norm, param_norm and lr.
+The step also reports grad_norm (before clipping), update_norm, param_norm, lr and the global batch's counts
+(`batch_stats`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ def accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: j
     return grads, l_sum * scale, metrics
 
 
+def batch_stats(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Counts of the global batch, computed on device (so every process logs the same, global figures):
+    data/rows, data/width, data/tokens (real tokens: Σ lengths), data/nonpad_frac, data/loss_tokens (Σ loss_mask)."""
+    out: dict[str, jax.Array] = {}
+    if "input_ids" in batch and "lengths" in batch:
+        rows, width = batch["input_ids"].shape
+        tokens = batch["lengths"].sum().astype(jnp.float32)
+        out.update({"data/rows": jnp.float32(rows), "data/width": jnp.float32(width), "data/tokens": tokens,
+                    "data/nonpad_frac": tokens / (rows * width)})
+    if "loss_mask" in batch:
+        out["data/loss_tokens"] = batch["loss_mask"].sum().astype(jnp.float32)
+    return out
+
+
 def make_train_step(
     loss_fn: LossFn,
     tx: optax.GradientTransformation,
@@ -107,7 +122,7 @@ def make_train_step(
                                           compute_dtype)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        out = {**metrics, "loss": loss, "grad_norm": optax.global_norm(grads),
+        out = {**metrics, **batch_stats(batch), "loss": loss, "grad_norm": optax.global_norm(grads),
                "update_norm": optax.global_norm(updates), "param_norm": optax.global_norm(params)}
         if lr_fn is not None:
             out["lr"] = jnp.asarray(lr_fn(state.step), jnp.float32)

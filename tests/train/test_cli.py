@@ -208,3 +208,21 @@ def test_sft_stage_end_to_end(workspace, tmp_path):
     assert all(0 < row["data/loss_tokens"] < row["data/tokens"] for row in train)
     assert any("dev/loss" in row for row in rows)
     assert (out / "final" / "model.safetensors").exists()
+
+
+def test_export_a_checkpoint(reference_run, tmp_path):
+    base = [sys.executable, "-m", "searchjax.cli.main", "train", "export", "--run", str(reference_run)]
+    r = _run([*base, "--out", str(tmp_path / "last")])
+    assert r.returncode == 0 and "exported step 16" in r.stdout, r.stderr[-2000:]
+    last = _final_params(reference_run)
+    from safetensors.numpy import load_file
+
+    got = load_file(tmp_path / "last" / "model.safetensors")
+    assert all(np.array_equal(got[k], last[k]) for k in last)
+    r = _run([*base, "--step", "8", "--out", str(tmp_path / "mid")])
+    assert r.returncode == 0, r.stderr[-2000:]
+    mid = load_file(tmp_path / "mid" / "model.safetensors")
+    assert any(not np.array_equal(mid[k], last[k]) for k in last)
+    assert (tmp_path / "mid" / "tokenizer.json").exists()
+    r = _run([*base, "--step", "7", "--out", str(tmp_path / "none")])
+    assert r.returncode == 1 and "saved steps" in r.stderr and not (tmp_path / "none").exists()
