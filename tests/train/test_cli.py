@@ -219,7 +219,7 @@ def test_export_a_checkpoint(reference_run, tmp_path):
 
     got = load_file(tmp_path / "last" / "model.safetensors")
     assert all(np.array_equal(got[k], last[k]) for k in last)
-    r = _run([*base, "--step", "8", "--out", str(tmp_path / "mid")])
+    r = _run([*base, "--step", "12", "--out", str(tmp_path / "mid")])  # keep: 2 holds steps 12 and 16
     assert r.returncode == 0, r.stderr[-2000:]
     mid = load_file(tmp_path / "mid" / "model.safetensors")
     assert any(not np.array_equal(mid[k], last[k]) for k in last)
