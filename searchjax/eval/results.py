@@ -6,9 +6,10 @@ Keys of a line (the first twelve are the issue's contract):
   answer_language_p, broken_calls {category: n}, search_errors.
 
 `correct`: short-answer EM (aliases, numbers) for QA questions, grade == CORRECT for SimpleQA, grade == TRUE
-for FRAMES; for an unanswerable question, whether the answer abstained. `abstained`: the rollout ended with an
-answer (finish reason "answer") that declines (searchjax.eval.graders.is_abstention); a rollout cut off before
-answering (max_tokens, context, budget) did not abstain, though its empty answer grades NOT_ATTEMPTED. `grade`: the SimpleQA-style grade
+for FRAMES; for an unanswerable question, whether the answer abstained. `abstained`: the rollout ended with a
+non-empty answer (finish reason "answer") that declines (searchjax.eval.graders.is_abstention), i.e. it said
+plainly that it found nothing reliable; an empty answer or a rollout cut off before answering (max_tokens,
+context, budget) did not abstain, though both grade NOT_ATTEMPTED. `grade`: the SimpleQA-style grade
 (FRAMES: TRUE/FALSE). Lines are flushed one at a time, so a kill loses at most the line being written; a torn
 last line is dropped on resume, any other bad line is an error naming file:line. When the sweep completes,
 the file is rewritten in canonical order (model, question, budget, sample) so that a resumed run and an
@@ -56,7 +57,7 @@ def _grade(q: EvalQuestion, answer: str, abstained: bool, grader: Grader) -> tup
 def result_row(label: str, q: EvalQuestion, budget: int, sample: int, record: RolloutRecord,
                grader: Grader) -> dict[str, Any]:
     """The results line of one finished trajectory."""
-    abstained = record.finish_reason == "answer" and is_abstention(record.answer)
+    abstained = record.finish_reason == "answer" and bool(record.answer.strip()) and is_abstention(record.answer)
     grade, correct, em, f1 = _grade(q, record.answer, abstained, grader)
     tokens_in, cached_in, tokens_out = billed_tokens(record)
     broken, search_errors = classify_calls(transcript_calls(record.turns), budget)

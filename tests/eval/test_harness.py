@@ -73,6 +73,9 @@ def test_abstention_is_an_answer_that_declines(tokenizer, scripted_driver, world
                              UNANSWERABLE, max_new_tokens=20)[0].values()
     assert row["finish_reason"] == "max_tokens" and row["answer"] == "" and not row["abstained"]
     assert not row["correct"] and row["grade"] == "NOT_ATTEMPTED"  # cut off: no answer, but no abstention either
+    (row,) = _scripted_sweep(tokenizer, scripted_driver, world, ["Hm.\n</think>\n\n<|im_end|>"], (1,), tmp_path / "d",
+                             UNANSWERABLE)[0].values()
+    assert (row["finish_reason"], row["answer"], row["abstained"], row["grade"]) == ("answer", "", False, "NOT_ATTEMPTED")
 
 
 # ------------------------------------------------------------------------------------------- the real engine
