@@ -60,6 +60,24 @@ def test_budget_zero_offers_the_tool_but_any_call_is_broken(tokenizer, scripted_
     assert two["broken_calls"]["unknown_function"] == 1 and sum(two["broken_calls"].values()) == 1
 
 
+def test_the_search_service_url_serves_the_same_results_as_the_index(tokenizer, scripted_driver, world, tmp_path):
+    from searchjax.cli.eval import _backend
+    from searchjax.search import HttpBackend, SearchHTTPServer, serving_in_background
+
+    index = TantivyBackend(world / "index")
+    with serving_in_background(SearchHTTPServer(index, port=0)) as server:
+        backend = _backend(server.url)
+        assert isinstance(backend, HttpBackend)
+        driver = scripted_driver(tokenizer, [CALL, ANSWER])
+        model = PolicyModel("scripted", "-", None, None, tokenizer)
+        rows = {}
+        sweep_model(model, driver, [QUESTION], backend, EvalConfig(budgets=(2,), max_new_tokens=400), RuleGrader(),
+                    ResultsFile(tmp_path / "results.jsonl"), rows, progress=False)
+    (via_url,) = rows.values()
+    (via_dir,) = _scripted_sweep(tokenizer, scripted_driver, world, [CALL, ANSWER], (2,), tmp_path / "dir")[0].values()
+    assert via_url == via_dir and via_url["tool_calls"] == 1 and via_url["failed_calls"] == 0
+
+
 UNANSWERABLE = EvalQuestion("q-none", "Who founded the accelerator launched in July 1855?", (), answerable=False)
 
 
