@@ -32,6 +32,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +61,7 @@ class EvalConfig:
     max_len: cache positions per slot, capped at the model's max_position_embeddings. trajectories_per_run:
     trajectories per driver run (bounds the host memory the driver holds; runs are back to back).
     prices: a price-table YAML ("" = configs/eval/prices.yaml); price_model: its entry that prices every model.
+    grader_workers: threads for an LLM grader's requests (the rule grader runs inline).
     language_min_confidence: the probability an answer's identified language needs to count in the
     language-mismatch metric.
     """
@@ -79,6 +81,7 @@ class EvalConfig:
     grader: Literal["rule", "llm"] = "rule"
     judge_url: str = ""
     judge_model: str = "default"
+    grader_workers: int = 8
     prices: str = ""
     price_model: str = "qwen3.5-plus"
     language_min_confidence: float = 0.5
@@ -86,7 +89,7 @@ class EvalConfig:
     def __post_init__(self):
         if not self.budgets or any(b < 0 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
             raise TypeError(f"EvalConfig.budgets: distinct non-negative budgets required, got {self.budgets}")
-        for name in ("samples", "max_new_tokens", "slots", "max_len", "trajectories_per_run"):
+        for name in ("samples", "max_new_tokens", "slots", "max_len", "trajectories_per_run", "grader_workers"):
             if getattr(self, name) < 1:
                 raise TypeError(f"EvalConfig.{name}: expected >= 1, got {getattr(self, name)}")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
@@ -201,11 +204,31 @@ def sweep_model(model: PolicyModel, driver: RolloutDriver, questions: Sequence[E
                 backend: SearchBackend, cfg: EvalConfig, grader: Grader, results: ResultsFile,
                 rows: dict[Key, dict[str, Any]], progress: bool = True) -> ModelStats:
     """Run every unfinished trajectory of `model` through `driver` (holding the model's weights); each graded
-    line is appended to `results` as it finishes."""
+    line is appended to `results` as it finishes.
+
+    The rule grader grades in the driver's loop (microseconds). An LLM grader's requests would stall the loop for
+    their round trips, so they run on `cfg.grader_workers` threads and each line is written when its grade
+    arrives (a kill then loses at most the lines whose grades are in flight).
+    """
     todo = _work(questions, cfg, model.label, rows)
     stats = ModelStats()
     if not todo:
         return stats
+    pool = ThreadPoolExecutor(cfg.grader_workers) if cfg.grader == "llm" else None
+    grading: list[tuple[Future, int]] = []
+
+    def write(row: dict[str, Any], tokens: int) -> None:
+        results.append(row)
+        rows[row_key(row)] = row
+        stats.trajectories += 1
+        stats.tokens += tokens
+        bar.update()
+
+    def drain(wait: bool) -> None:
+        while grading and (wait or grading[0][0].done()):
+            future, tokens = grading.pop(0)
+            write(future.result(), tokens)
+
     shared = _SharedRun(driver)
     # Every item carries its own budget b; AgentConfig.budget (for items without one) is never used here.
     agent = SearchAgent(shared, backend, AgentConfig(max_new_tokens=cfg.max_new_tokens, sampling=cfg.sampling,
@@ -214,21 +237,26 @@ def sweep_model(model: PolicyModel, driver: RolloutDriver, questions: Sequence[E
     bar = tqdm(total=total, initial=total - len(todo), desc=f"eval {model.label}", unit="traj", file=sys.stderr,
                disable=not progress)
     t0 = time.perf_counter()
-    with bar:
-        for start in range(0, len(todo), cfg.trajectories_per_run):
-            for q, b, s in todo[start : start + cfg.trajectories_per_run]:
+    try:
+        with bar:
+            for start in range(0, len(todo), cfg.trajectories_per_run):
+                for q, b, s in todo[start : start + cfg.trajectories_per_run]:
 
-                def on_record(record, q=q, b=b, s=s):
-                    row = result_row(model.label, q, b, s, record, grader)
-                    results.append(row)
-                    rows[row_key(row)] = row
-                    stats.trajectories += 1
-                    stats.tokens += record.response_length
-                    bar.update()
+                    def on_record(record, q=q, b=b, s=s):
+                        if pool is None:
+                            write(result_row(model.label, q, b, s, record, grader), record.response_length)
+                        else:
+                            grading.append((pool.submit(result_row, model.label, q, b, s, record, grader),
+                                            record.response_length))
+                            drain(wait=False)
 
-                item = PromptItem.from_record({"id": q.id, "question": q.question}, b)
-                agent.rollouts([item], 1, trajectory_key(cfg.seed, q.id, b, s), on_record=on_record)
-            shared.run_all()
+                    item = PromptItem.from_record({"id": q.id, "question": q.question}, b)
+                    agent.rollouts([item], 1, trajectory_key(cfg.seed, q.id, b, s), on_record=on_record)
+                shared.run_all()
+            drain(wait=True)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
     stats.wall_s = time.perf_counter() - t0
     return stats
 

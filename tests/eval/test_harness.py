@@ -191,3 +191,27 @@ def test_a_bad_results_line_names_file_and_line(setup, tmp_path):
     (tmp_path / "results.jsonl").write_text('{"model": "random"}\n{}\n')
     with pytest.raises(ValueError, match=r"results.jsonl:1: missing key"):
         _sweep(setup, tmp_path)
+
+
+def test_an_llm_grader_grades_on_worker_threads(tokenizer, scripted_driver, world, tmp_path):
+    import threading
+
+    from searchjax.eval.graders import LLMGrader
+
+    threads = set()
+
+    def judge(messages):
+        threads.add(threading.get_ident())
+        return '{"grade": "CORRECT"}' if "Grawiam Joraex" in messages[1]["content"].split("ANSWER:")[1] else \
+            '{"grade": "INCORRECT"}'
+
+    driver = scripted_driver(tokenizer, [ANSWER])
+    model = PolicyModel("scripted", "-", None, None, tokenizer)
+    cfg = EvalConfig(budgets=(0, 1, 2), samples=2, max_new_tokens=100, grader="llm", judge_url="http://unused",
+                     grader_workers=3)
+    rows = {}
+    stats = sweep_model(model, driver, [QUESTION], TantivyBackend(world / "index"), cfg, LLMGrader(judge),
+                        ResultsFile(tmp_path / "results.jsonl"), rows, progress=False)
+    assert stats.trajectories == 6 and len(rows) == 6 and all(r["grade"] == "CORRECT" for r in rows.values())
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 6
+    assert threading.get_ident() not in threads  # not graded in the driver's loop
