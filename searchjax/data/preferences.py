@@ -12,8 +12,8 @@ Record (one JSONL object; TRL's conversational preference shape, which its Rewar
   votes     {judge name: +1 chosen better, -1 rejected better, 0 undecided}
 
 Categories, each with a known better response (the world's KB, the verified QA and the rubric data):
-  correctness  the expert's search trajectory, then the answer vs the same wording with a wrong entity of the
-               answer's type
+  correctness  the expert's search trajectory, then the answer vs the same wording with another question's
+               answer of the same type (a name the results do not mention)
   grounded     one search for a literal fact of a KB entity; the value the results state vs another value
   format       the requested format (list / table / one sentence) vs the same content in another
   language     the user's language vs another (QA answers; rubric translations and same-language corrections)
@@ -177,13 +177,19 @@ class PreferenceBuilder:
     def _system(self) -> dict[str, str]:
         return system_message(self.cfg.tool_budget)
 
-    def _wrong_entity(self, entity_id: str, rng: random.Random, context: str) -> str | None:
-        """Another entity of the answer's type that `context` (the search results) never mentions."""
-        answer = self.kb.entity(entity_id)
+    def _wrong_entity(self, record: dict[str, Any], pool: dict[tuple[str, str], list[str]],
+                      context: str) -> str | None:
+        """A wrong answer for `record`: the answer of another question of the same entity type and split (so
+        every name is as often the wrong answer of one pair as the right answer of another, and only the context
+        tells them apart), never one the search results mention; any entity of the type when no such answer is
+        left."""
+        answer = self.kb.entity(record["seed"])
         names = {n.casefold() for n in (answer.name, *answer.aliases)}
-        pool = [e.name for e in self.kb.by_type(answer.type)
-                if e.name.casefold() not in names and not mentions(context, e.name)]
-        return rng.choice(sorted(pool)) if pool else None
+        fits = lambda name: name.casefold() not in names and not mentions(context, name)  # noqa: E731
+        key = (answer.type, _split(record["seed"], self.cfg.seed, self.cfg.dev_fraction))
+        options = [n for n in pool.get(key, ()) if fits(n)] or [e.name for e in self.kb.by_type(answer.type)
+                                                                 if fits(e.name)]
+        return self._rng("correctness", record["id"]).choice(sorted(options)) if options else None
 
     def trajectories(self, qa: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """(QA record, expert messages) for the English, answerable records the search expert solves."""
@@ -198,8 +204,12 @@ class PreferenceBuilder:
         return out
 
     def correctness(self, solved) -> Iterator[dict[str, Any]]:
+        pool = defaultdict(set)
+        for record, _ in solved:
+            pool[(self.kb.entity(record["seed"]).type,
+                  _split(record["seed"], self.cfg.seed, self.cfg.dev_fraction))].add(record["answer"])
         for record, messages in solved:
-            wrong = self._wrong_entity(record["seed"], self._rng("correctness", record["id"]), _tool_text(messages))
+            wrong = self._wrong_entity(record, pool, _tool_text(messages))
             if wrong is None:
                 continue
             final = messages[-1]

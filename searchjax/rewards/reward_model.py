@@ -236,13 +236,14 @@ class PairTemplate:
 class Scorer:
     """Δ(x, a, b) from a reward model over token Segments (module docstring); subclasses define the rows.
 
-    `rows(x, a, b, marks)` lists the pieces of the two rows one forward computes, for any piece type (device
-    Segments here, id lists in the host-side `PreferenceScorer`); `combine(v₁, v₂)` turns their values into
-    (Δ(x, a, b), Δ(x, b, a)).
+    `rows(x, a, b, marks)` lists the pieces of the two rows one forward computes, for any piece type: device
+    Segments with `marks(batch)`, id lists with `template` (the host-side `PreferenceScorer` and the training
+    batches); `combine(v₁, v₂)` turns their values into (Δ(x, a, b), Δ(x, b, a)).
     """
 
     cfg: ModelConfig
     kind: str
+    template: PairTemplate | None  # the pairwise markers' ids (None for the pointwise scorer)
 
     @property
     def pad_id(self) -> int:
@@ -297,6 +298,7 @@ class PointwiseScorer(Scorer):
 
     cfg: ModelConfig
     kind = "pointwise"
+    template = None
 
     def rows(self, x, a, b, marks):
         return [x, a], [x, b]
@@ -376,7 +378,9 @@ def save_reward_model(path: str | os.PathLike, params: RewardParams, scorer: Sco
     (path / "config.json").write_text(json.dumps(config, indent=2))
 
 
-def _read_scorer(path: Path, cfg: ModelConfig) -> Scorer:
+def read_scorer(path: str | os.PathLike, cfg: ModelConfig) -> Scorer:
+    """The scorer a reward-model checkpoint's config.json records (CheckpointError for any other directory)."""
+    path = Path(path)
     config = json.loads((path / "config.json").read_text())
     meta = config.get(CONFIG_KEY)
     if not isinstance(meta, dict) or meta.get("scorer") not in SCORER_KINDS:
@@ -400,7 +404,7 @@ def load_reward_model(path: str | os.PathLike, dtype="float32",
     """
     path = Path(path)
     cfg = read_hf_config(path)
-    scorer = _read_scorer(path, cfg)
+    scorer = read_scorer(path, cfg)
     reader = _Reader(path)
     specs = reward_specs(cfg)
     if mesh is not None:

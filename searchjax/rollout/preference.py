@@ -71,7 +71,7 @@ class PreferenceScorer:
                              f"{list(buckets)}")
         self.params, self.scorer, self.encode, self.tools = params, scorer, encode, tools
         self.batch_pairs, self.buckets = batch_pairs, tuple(sorted(set(int(b) for b in buckets)))
-        self._marks = getattr(scorer, "template", None)
+        self._marks = scorer.template
         self._forward = jax.jit(self._both_orders)
 
     @classmethod

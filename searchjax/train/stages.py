@@ -27,4 +27,5 @@ STAGES: dict[str, Stage] = {
     "lm": Stage("lm", "next-token pretraining on a corpus (the offline base model)", "searchjax.train.lm"),
     "sft": Stage("sft", "SFT warm-up on tool-use trajectories and preference-style examples (RECIPE.md §1)",
                  "searchjax.train.sft"),
+    "rm": Stage("rm", "Bradley–Terry reward model on preference pairs (RECIPE.md §4)", "searchjax.train.reward_model"),
 }

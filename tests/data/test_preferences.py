@@ -4,6 +4,7 @@ k-of-n agreement filter, TRL-shaped loading with file:line errors, the tokenisat
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -71,6 +72,16 @@ def test_pairs_differ_where_their_category_says(built):
             answer = answers[p["source"]]
             assert answer in c and answer not in r and c.count("\n") == r.count("\n"), (c, r)
             assert c.split(answer)[0] == r[: len(c.split(answer)[0])]
+
+
+def test_wrong_answers_are_other_questions_answers(built):
+    """A name is the right answer of one pair and the wrong answer of another: only the context tells them apart."""
+    pairs, _, _, qa = built
+    answers = {r["answer"] for r in qa}
+    wrong = [re.fullmatch(r"The answer is (.+)\.", final_text(p["rejected"])) for p in pairs
+             if p["category"] == "correctness"]
+    names = [m.group(1) for m in wrong if m]
+    assert len(names) >= 5 and sum(n in answers for n in names) >= 0.8 * len(names)
 
 
 def test_no_group_is_in_both_splits(built):
