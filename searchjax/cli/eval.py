@@ -37,7 +37,8 @@ def _config(args: argparse.Namespace):
 
     cfg = load_yaml(EvalConfig, args.config) if args.config else EvalConfig()
     flags = {"budgets": args.budgets, "samples": args.samples, "temperature": args.temperature,
-             "max_new_tokens": args.max_new_tokens, "seed": args.seed, "slots": args.slots, "max_len": args.max_len,
+             "max_new_tokens": args.max_new_tokens, "max_results": args.results, "seed": args.seed,
+             "slots": args.slots, "max_len": args.max_len,
              "grader": args.grader, "judge_url": args.judge_url, "judge_model": args.judge_model,
              "prices": args.prices}
     try:
@@ -144,6 +145,9 @@ def register(subparsers) -> None:
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of the LLM grader")
     p.add_argument("--judge-model", help="model name at --judge-url")
     p.add_argument("--slots", type=positive_int, help="concurrent decodes (config default 32)")
+    p.add_argument("--results", type=positive_int,
+                   help="search results a call shows, 1..10 (config default 10, the write-up's); a policy trained on "
+                        "fewer (data sft --results) should be evaluated with as many")
     p.add_argument("--max-len", type=positive_int, help="cache positions per slot (config default 32768, capped at "
                    "the model's positions)")
     p.add_argument("--baseline", metavar="LABEL", help="side-by-side preference of every other model against this "

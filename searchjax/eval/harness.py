@@ -58,7 +58,8 @@ from searchjax.search import SearchBackend
 class EvalConfig:
     """Sweep settings (configs/eval/default.yaml holds the write-up's: b = 0..10, T = 0.6, 8192 tokens).
 
-    max_len: cache positions per slot, capped at the model's max_position_embeddings. trajectories_per_run:
+    max_results: search results a call shows (the write-up's 10; a policy trained with fewer, as the CPU science
+    runs are, is evaluated with as many). max_len: cache positions per slot, capped at the model's max_position_embeddings. trajectories_per_run:
     trajectories per driver run (bounds the host memory the driver holds; runs are back to back).
     prices: a price-table YAML ("" = configs/eval/prices.yaml); price_model: its entry that prices every model.
     grader_workers: threads for an LLM grader's requests (the rule grader runs inline).
@@ -72,6 +73,7 @@ class EvalConfig:
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 8192
+    max_results: int = 10
     seed: int = 0
     enable_thinking: bool = True
     slots: int = 32
@@ -92,6 +94,8 @@ class EvalConfig:
         for name in ("samples", "max_new_tokens", "slots", "max_len", "trajectories_per_run", "grader_workers"):
             if getattr(self, name) < 1:
                 raise TypeError(f"EvalConfig.{name}: expected >= 1, got {getattr(self, name)}")
+        if not 1 <= self.max_results <= 10:
+            raise TypeError(f"EvalConfig.max_results: expected 1..10 (the search_web contract), got {self.max_results}")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise TypeError(f"EvalConfig: need temperature >= 0, 0 < top_p <= 1, top_k >= 0, got "
                             f"{self.temperature}, {self.top_p}, {self.top_k}")
@@ -232,7 +236,8 @@ def sweep_model(model: PolicyModel, driver: RolloutDriver, questions: Sequence[E
     shared = _SharedRun(driver)
     # Every item carries its own budget b; AgentConfig.budget (for items without one) is never used here.
     agent = SearchAgent(shared, backend, AgentConfig(max_new_tokens=cfg.max_new_tokens, sampling=cfg.sampling,
-                                                     enable_thinking=cfg.enable_thinking))
+                                                     enable_thinking=cfg.enable_thinking,
+                                                     max_results=cfg.max_results))
     total = len(questions) * len(cfg.budgets) * cfg.samples
     bar = tqdm(total=total, initial=total - len(todo), desc=f"eval {model.label}", unit="traj", file=sys.stderr,
                disable=not progress)
@@ -264,8 +269,8 @@ def sweep_model(model: PolicyModel, driver: RolloutDriver, questions: Sequence[E
 def fingerprint(cfg: EvalConfig, models: Sequence[PolicyModel], questions_source: str,
                 questions: Sequence[EvalQuestion]) -> dict[str, Any]:
     """The settings that change results: a resumed run must match them (budgets, samples and models may grow)."""
-    keep = ("temperature", "top_p", "top_k", "max_new_tokens", "seed", "enable_thinking", "max_len", "grader",
-            "judge_model")
+    keep = ("temperature", "top_p", "top_k", "max_new_tokens", "max_results", "seed", "enable_thinking", "max_len",
+            "grader", "judge_model")
     digest = hashlib.sha256(json.dumps([dataclasses.asdict(q) for q in questions], sort_keys=True).encode())
     return {"settings": {k: v for k, v in to_dict(cfg).items() if k in keep},
             "questions": {"source": questions_source, "sha256": digest.hexdigest()},
