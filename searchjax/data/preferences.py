@@ -177,19 +177,27 @@ class PreferenceBuilder:
     def _system(self) -> dict[str, str]:
         return system_message(self.cfg.tool_budget)
 
-    def _wrong_entity(self, record: dict[str, Any], pool: dict[tuple[str, str], list[str]],
-                      context: str) -> str | None:
-        """A wrong answer for `record`: the answer of another question of the same entity type and split (so
-        every name is as often the wrong answer of one pair as the right answer of another, and only the context
-        tells them apart), never one the search results mention; any entity of the type when no such answer is
-        left."""
-        answer = self.kb.entity(record["seed"])
-        names = {n.casefold() for n in (answer.name, *answer.aliases)}
-        fits = lambda name: name.casefold() not in names and not mentions(context, name)  # noqa: E731
-        key = (answer.type, _split(record["seed"], self.cfg.seed, self.cfg.dev_fraction))
-        options = [n for n in pool.get(key, ()) if fits(n)] or [e.name for e in self.kb.by_type(answer.type)
-                                                                 if fits(e.name)]
-        return self._rng("correctness", record["id"]).choice(sorted(options)) if options else None
+    def _wrong_answers(self, solved) -> dict[str, str]:
+        """record id -> a wrong answer: the questions of one entity type and split, in a seeded cycle, each take
+        the next one's answer (skipping names its search results mention). So within the category every name is
+        the right answer of one pair and the wrong answer of about one other: no name prior tells the label, only
+        the context does."""
+        groups = defaultdict(list)
+        for record, messages in solved:
+            key = (self.kb.entity(record["seed"]).type, _split(record["seed"], self.cfg.seed, self.cfg.dev_fraction))
+            groups[key].append((record, _tool_text(messages)))
+        out = {}
+        for key in sorted(groups):
+            members = sorted(groups[key], key=lambda m: m[0]["id"])
+            self._rng("correctness", *key).shuffle(members)
+            for k, (record, context) in enumerate(members):
+                names = {n.casefold() for n in (record["answer"], *record["aliases"])}
+                for step in range(1, len(members)):
+                    other = members[(k + step) % len(members)][0]["answer"]
+                    if other.casefold() not in names and not mentions(context, other):
+                        out[record["id"]] = other
+                        break
+        return out
 
     def trajectories(self, qa: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """(QA record, expert messages) for the English, answerable records the search expert solves."""
@@ -204,17 +212,13 @@ class PreferenceBuilder:
         return out
 
     def correctness(self, solved) -> Iterator[dict[str, Any]]:
-        pool = defaultdict(set)
-        for record, _ in solved:
-            pool[(self.kb.entity(record["seed"]).type,
-                  _split(record["seed"], self.cfg.seed, self.cfg.dev_fraction))].add(record["answer"])
+        wrong = self._wrong_answers(solved)
         for record, messages in solved:
-            wrong = self._wrong_entity(record, pool, _tool_text(messages))
-            if wrong is None:
+            if record["id"] not in wrong:  # its group has no other answer the results leave unmentioned
                 continue
             final = messages[-1]
-            yield _pair("correctness", messages[:-1], [final], [_swap_name(final, record["answer"], wrong)],
-                        record["id"], record["seed"],
+            rejected = _swap_name(final, record["answer"], wrong[record["id"]])
+            yield _pair("correctness", messages[:-1], [final], [rejected], record["id"], record["seed"],
                         [_rubric(f"The response names {record['answer']}.", "contains", all=[record["answer"]])])
 
     def refusal(self, solved, rubric: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -345,7 +349,8 @@ class PreferenceBuilder:
                                                                      "language", "concise"} else []
         n = self.cfg.pairs_per_category
         makers: dict[str, Callable[[], Iterator[dict[str, Any]]]] = {
-            "correctness": lambda: self.correctness(solved), "grounded": lambda: self.grounded(n),
+            # the cycle of wrong answers runs over exactly the records that are kept
+            "correctness": lambda: self.correctness(solved[:n]), "grounded": lambda: self.grounded(n),
             "format": lambda: self.format(solved, rubric), "language": lambda: self.language(solved, rubric),
             "concise": lambda: self.concise(solved, rubric), "refusal": lambda: self.refusal(solved, rubric),
             "abstention": lambda: self.abstention(n),
