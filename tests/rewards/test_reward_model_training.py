@@ -173,3 +173,19 @@ def test_train_rm_end_to_end(tmp_path, capsys):
     assert p[0] + p[1] == np.float32(1.0)
     assert main(["serve-rm", "--model", str(tmp_path / "policy")]) == 1
     assert "not a reward model checkpoint" in capsys.readouterr().err
+
+
+def test_shipped_config_loads_and_checks_the_freeze(tmp_path):
+    from searchjax.config import ConfigError, configs_dir
+    from searchjax.train.config import load_train_config
+    from searchjax.train.reward_model import RMConfig
+
+    cfg = load_train_config(RMConfig, configs_dir() / "train" / "rm_tiny.yaml")
+    assert cfg.scorer == "pointwise" and 0 < cfg.freeze_backbone_steps < cfg.steps
+    assert cfg.checkpoint.best_metric == "dev/rm/accuracy"
+    pairwise = load_train_config(RMConfig, configs_dir() / "train" / "rm_tiny.yaml", ["scorer=pairwise"])
+    assert pairwise.scorer == "pairwise"
+    with pytest.raises(ConfigError, match="freeze_backbone_steps must be in"):
+        load_train_config(RMConfig, configs_dir() / "train" / "rm_tiny.yaml", ["freeze_backbone_steps=9999"])
+    with pytest.raises(ConfigError, match="scorer"):
+        load_train_config(RMConfig, configs_dir() / "train" / "rm_tiny.yaml", ["scorer=listwise"])
