@@ -20,8 +20,9 @@ Categories, each with a known better response (the world's KB, the verified QA a
   concise      the answer vs the answer padded with filler sentences
   refusal      the answer vs an unjustified refusal (the evidence is there)
   abstention   for an entity that does not exist (the search finds nothing): saying so vs an invented value
-Every pair enters training and evaluation in both orders, (a, b, r) = (chosen, rejected, 1) and (rejected,
-chosen, 0) (`ordered_pairs`): the symmetric loss L_sym and the order average P̄ need both.
+A record is one unordered pair; every use takes it in both orders, (a, b, r) = (chosen, rejected, 1) and
+(rejected, chosen, 0): the symmetric loss L_sym in training and the order average P̄ in scoring (both orders are
+the two rows of one forward, searchjax.rewards.reward_model), so the pairwise head never sees one order only.
 
 Label noise: n judges vote on every built pair — `RuleJudge` (rule checks), `RubricJudge` (the pair's rubric
 set through searchjax.rewards.rubrics), `LLMPairJudge` (any chat client, when configured) — and a pair is kept
@@ -624,11 +625,6 @@ def read_preferences(path, *, on_error: str = "raise") -> tuple[list[dict[str, A
     for n, _ in enumerate(iter_jsonl(path, validate=check, on_error=on_error, summary=summary), 1):
         rows[-1]["id"] = rows[-1]["id"] or f"{Path(path).name}#{n}"
     return rows, summary
-
-
-def ordered_pairs(record: dict[str, Any]) -> tuple[tuple[list, list, float], tuple[list, list, float]]:
-    """Both orders of a pair: (a, b, r) = (chosen, rejected, 1.0) and (rejected, chosen, 0.0)."""
-    return (record["chosen"], record["rejected"], 1.0), (record["rejected"], record["chosen"], 0.0)
 
 
 # ----------------------------------------------------------------------------------------------- tokenization

@@ -25,7 +25,6 @@ from searchjax.data.preferences import (
     final_text,
     judge_and_filter,
     kept_share,
-    ordered_pairs,
     read_preferences,
 )
 from searchjax.data.rubric_data import generate_rubric_records
@@ -147,11 +146,6 @@ def test_llm_judge_hides_the_label_order_and_reads_its_vote():
     assert [judge({**pair, "id": f"p-{i}"}) for i in range(6)] == [1] * 6
     assert {"RESPONSE A:\n4" in s for s in seen} == {True, False}  # the chosen one is shown first and second
     assert LLMPairJudge(lambda m: "no json here")(pair) == 0
-
-
-def test_both_orders_of_a_pair():
-    r = {"chosen": ["c"], "rejected": ["r"]}
-    assert ordered_pairs(r) == ((["c"], ["r"], 1.0), (["r"], ["c"], 0.0))
 
 
 def test_written_pairs_load_back_in_trl_shapes(built, tmp_path):
