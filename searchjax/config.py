@@ -122,8 +122,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return conv(cfg)
 
 
-def load_yaml(cls: type[T], path: str | Path) -> T:
-    """Load a YAML file into the frozen dataclass `cls`; errors name the file."""
+def read_yaml_mapping(path: str | Path, allow_empty: bool = False) -> dict[str, Any]:
+    """The top-level mapping of a YAML file (an empty file is {} when `allow_empty`); errors name the file."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -131,8 +131,17 @@ def load_yaml(cls: type[T], path: str | Path) -> T:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML: {e}") from None
+    if data is None and allow_empty:
+        return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_yaml(cls: type[T], path: str | Path) -> T:
+    """Load a YAML file into the frozen dataclass `cls`; errors name the file."""
+    path = Path(path)
+    data = read_yaml_mapping(path)
     try:
         return from_dict(cls, data, where=str(path))
     except ConfigError:

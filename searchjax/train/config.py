@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from searchjax.config import ConfigError, from_dict
+from searchjax.config import ConfigError, from_dict, read_yaml_mapping
 from searchjax.distributed import DistributedConfig
 
 T = TypeVar("T")
@@ -186,17 +186,8 @@ def load_train_config(cls: type[T], path: str | Path | None, overrides: Sequence
     data: dict[str, Any] = {}
     where = cls.__name__
     if path is not None:
-        path = Path(path)
         where = str(path)
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: invalid YAML: {e}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(loaded).__name__}")
-        data = loaded or {}
+        data = read_yaml_mapping(path, allow_empty=True)
     data = apply_overrides(data, overrides, cls)
     try:
         return from_dict(cls, data, where=where)

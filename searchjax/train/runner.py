@@ -31,7 +31,7 @@ from searchjax.train.config import TrainConfig
 from searchjax.train.loop import Loop, Prepared, fit
 from searchjax.train.optim import lr_schedule, make_optimizer
 from searchjax.train.rundir import RunDir
-from searchjax.train.state import TrainState, abstract_state, create_state
+from searchjax.train.state import abstract_state, create_state
 from searchjax.train.step import LossFn, device_batch, make_train_step
 
 
