@@ -70,6 +70,9 @@ def create_state(params: Any, tx: optax.GradientTransformation, seed: int, mesh:
     shardings = state_shardings(tx, abstract, param_shardings, mesh)
 
     def init(p):
+        # The barrier makes the state's params new buffers: a jit output that is an input would be forwarded as the
+        # caller's own arrays, and the donated train step would then delete the caller's `params`.
+        p = jax.lax.optimization_barrier(p)
         return TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p),
                           rng=_key_data(jax.random.key(seed)))
 

@@ -108,3 +108,13 @@ def test_bf16_compute_keeps_float32_master_weights():
     assert state.params.embed.dtype == jnp.float32
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.opt_state) if jnp.issubdtype(x.dtype, jnp.floating))
     assert np.isfinite(float(m["loss"]))
+
+
+def test_create_state_does_not_alias_the_callers_params():
+    cfg, mesh, state, step, _ = _setup()
+    params = jax.tree.map(lambda x: x + 0, state.params)
+    from searchjax.train.state import create_state
+
+    fresh = create_state(params, make_optimizer(OptimConfig(), 10), 0, mesh, jax.tree.map(lambda x: x.sharding, params))
+    fresh, _ = step(fresh, device_batch(_batch(2, 16, cfg.vocab_size), mesh))
+    assert not params.embed.is_deleted()  # the donated step consumed the state's copy, not the caller's arrays
