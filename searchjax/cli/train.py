@@ -60,6 +60,8 @@ def register(subparsers) -> None:
     stages = train.add_subparsers(dest="stage", metavar="STAGE", title="stages")
     stages.required = True
     for name, stage in STAGES.items():
+        if not stage.supervised:
+            continue
         p = stages.add_parser(name, help=stage.help, description=stage.help)
         p.add_argument("--config", help="stage YAML (configs/train/); default: the built-in defaults")
         p.add_argument("--model", required=True, help="HF-format checkpoint to start from (tokenizer.json inside)")
@@ -69,10 +71,48 @@ def register(subparsers) -> None:
         p.add_argument("--overwrite", action="store_true", help="remove RUN and start afresh")
         p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. steps=200")
         p.set_defaults(func=_run(name))
-    p = stages.add_parser("export", help="write a checkpoint of an lm or sft run as an HF checkpoint",
-                          description="write a checkpoint of an lm or sft run as an HF checkpoint")
+    _register_grpo(stages, STAGES["grpo"])
+    p = stages.add_parser("export", help="write a checkpoint of an lm, sft or grpo run as an HF checkpoint",
+                          description="write a checkpoint of an lm, sft or grpo run as an HF checkpoint")
     p.add_argument("--run", required=True, help="run directory")
     p.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
     p.add_argument("--out", required=True, help="HF checkpoint directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace --out")
     p.set_defaults(func=_export)
+
+
+def _grpo(args: argparse.Namespace) -> int:
+    from searchjax.cli.common import check_input_dir, open_search_backend
+    from searchjax.distributed import initialize_from_config
+    from searchjax.train.config import load_train_config
+    from searchjax.train.grpo import GRPOConfig, run_grpo, with_prompts
+
+    for path in args.prompts or []:
+        check_input_file(path, "--prompts")
+    for path, flag in ((args.policy, "--policy"), (args.reference, "--reference"),
+                       (args.reward_model, "--reward-model")):
+        check_input_dir(path, flag, needs=("config.json", "tokenizer.json"))
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CLIError(f"--out {args.out}: exists and is not a directory")
+    cfg = with_prompts(load_train_config(GRPOConfig, args.config, args.overrides), args.prompts)
+    backend = open_search_backend(args.index)
+    initialize_from_config(cfg.distributed)
+    summary = run_grpo(cfg, args.policy, args.reference, args.reward_model, backend, args.out, args.overwrite)
+    print(json.dumps(summary, indent=2, default=float))
+    return 0
+
+
+def _register_grpo(stages, stage) -> None:
+    from searchjax.cli.common import INDEX_HELP
+
+    p = stages.add_parser("grpo", help=stage.help, description=stage.help)
+    p.add_argument("--config", help="stage YAML (configs/train/grpo_*.yaml); default: the built-in defaults")
+    p.add_argument("--policy", required=True, help="HF checkpoint to start the policy from (normally the SFT one)")
+    p.add_argument("--reference", required=True, help="the frozen reference policy (normally the SFT checkpoint)")
+    p.add_argument("--reward-model", required=True, help="reward-model checkpoint (`searchjax train rm` RUN/final)")
+    p.add_argument("--prompts", nargs="+", help="QA / rubric prompt JSONL files; replace the config's mix")
+    p.add_argument("--index", required=True, help=INDEX_HELP)
+    p.add_argument("--out", required=True, help="run directory (resumed when it holds this run)")
+    p.add_argument("--overwrite", action="store_true", help="remove RUN and start afresh")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. steps=20")
+    p.set_defaults(func=_grpo)

@@ -261,15 +261,26 @@ class SearchAgent:
 
     def rollouts(
         self, items: Sequence[PromptItem], group_size: int, key: jax.Array, model: str = POLICY,
-        on_record: Callable[[RolloutRecord], None] | None = None,
+        on_record: Callable[[RolloutRecord], None] | None = None, *,
+        item_keys: Sequence[jax.Array] | None = None, paired: bool = False,
     ) -> list[RolloutRecord]:
-        """Roll out every item `group_size` times (policy) or once (reference, group_index −1)."""
+        """Roll out every item `group_size` times (policy) or once (reference, group_index −1).
+
+        paired=True (reference only): `group_size` reference rollouts per item with group_index 0..G−1, each
+        paired by index with the policy rollout of the same index (the GRPO stage's s = P̄(x, y_i, y_ref,i)).
+        item_keys: one base key per item instead of fold_in(key, p), e.g. a key derived from the prompt id so a
+        prompt's rollouts do not depend on its position in the batch (the GRPO reference cache).
+        """
+        if paired and model == POLICY:
+            raise ValueError("rollouts: paired=True is for reference rollouts (model=REFERENCE)")
+        if item_keys is not None and len(item_keys) != len(items):
+            raise ValueError(f"rollouts: {len(item_keys)} item_keys for {len(items)} items")
         states = []
         version = self.driver.version if model == POLICY else -1
         for p, item in enumerate(items):
             prompt = self.prompt_ids(item)
-            base = jax.random.fold_in(key, p)
-            indices = range(group_size) if model == POLICY else [-1]
+            base = jax.random.fold_in(key, p) if item_keys is None else item_keys[p]
+            indices = range(group_size) if model == POLICY or paired else [-1]
             for i in indices:
                 k = jax.random.fold_in(base, group_size if i < 0 else i)
                 tool = SearchTool(self.backend, self.budget(item), self.config.max_results)

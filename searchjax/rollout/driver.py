@@ -126,10 +126,12 @@ class RolloutDriver:
         self.version = 0  # the policy version: how many times set_params swapped the weights in
         self.stats = DriverStats()
 
-    def set_params(self, params: Any) -> None:
-        """Swap the weights (e.g. policy ↔ reference, or after a train step) without recompiling; version += 1.
+    def set_params(self, params: Any, version: int | None = None) -> None:
+        """Swap the weights (e.g. policy ↔ reference, or after a train step) without recompiling; version += 1,
+        or `version` when given (a resumed trainer sets the version of the weights it restored).
 
-        The new tree must match the old one in structure, shapes and dtypes, or a ValueError names the leaf.
+        The new tree must match the old one in structure, shapes and dtypes, or a ValueError names the leaf
+        (`cast_like` casts a trainer's float32 tree to the engine's dtypes first).
         """
         old = jax.tree_util.tree_flatten_with_path(self.params)[0]
         new = jax.tree_util.tree_flatten_with_path(params)[0]
@@ -141,7 +143,12 @@ class RolloutDriver:
                     f"set_params: {jax.tree_util.keystr(path)} is {b.shape} {b.dtype}, expected {a.shape} {a.dtype}"
                 )
         self.params = self.engine.place_params(params)
-        self.version += 1
+        self.version = self.version + 1 if version is None else int(version)
+
+    def cast_like(self, params: Any) -> Any:
+        """`params` with every leaf cast to the dtype of the driver's current leaf (e.g. float32 master weights
+        to a bfloat16 engine); the placement onto the engine's mesh is `set_params`'s."""
+        return jax.tree.map(lambda p, old: p.astype(old.dtype) if p.dtype != old.dtype else p, params, self.params)
 
     # ------------------------------------------------------------------ admission
     def _check(self, request: Request) -> None:

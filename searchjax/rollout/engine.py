@@ -234,6 +234,7 @@ class SearchJaxEngine(engine_api.Engine):
         repl = self._replicated
         prefix_shardings = self._shardings(1, Prefix)
         state_shardings = self._shardings(self._batch, DecodeState)
+        self._copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p))
         self._fresh_cache = jax.jit(self._zero_cache, out_shardings=prefix_shardings.cache)
         self._init_state = jax.jit(self._zero_state, out_shardings=state_shardings)
         self._prefill = jax.jit(self._prefill_step, out_shardings=prefix_shardings)
@@ -360,8 +361,13 @@ class SearchJaxEngine(engine_api.Engine):
         return self.place_params(self._params)
 
     def place_params(self, params: Any) -> Any:
-        """Put any params tree of this model on the engine's mesh (also for swapping policy/reference)."""
-        return jax.device_put(params, M.param_shardings(self.cfg, self._mesh))
+        """Put any params tree of this model on the engine's mesh (also for swapping policy/reference), always as
+        new buffers: a trainer that donates its state to the next step never deletes the engine's weights."""
+        shardings = M.param_shardings(self.cfg, self._mesh)
+        placed = jax.device_put(params, shardings)
+        # device_put may hand back the source's own per-device buffers (a reshard that keeps a shard where it is,
+        # whatever may_alias says); a jitted copy owns fresh ones.
+        return self._copy(placed)
 
     def prefill(
         self,

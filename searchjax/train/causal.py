@@ -140,8 +140,8 @@ def export_checkpoint(run_dir: str | Path, out: str | Path, step: int | None = N
     run = RunDir(Path(run_dir), resuming=True)
     stage = yaml.safe_load((run.root / "run.json").read_text())["stage"] if (run.root / "run.json").exists() \
         else None
-    if stage not in ("lm", "sft"):
-        raise CheckpointError(f"{run.root}: not an lm or sft run directory (run.json stage {stage!r})")
+    if stage not in ("lm", "sft", "grpo"):
+        raise CheckpointError(f"{run.root}: not an lm, sft or grpo run directory (run.json stage {stage!r})")
     cfg: TrainConfig = load_train_config(STAGES[stage].load().Config, run.config)
     ck = Checkpointer(run.checkpoints, cfg.checkpoint)
     steps = ck.steps()

@@ -121,9 +121,15 @@ def host_params(params: Any) -> Any:
 
 def export_final(s: Supervised, params: Any) -> None:
     """RUN/final written whole and atomically by `s.export` (process 0; every process joins the gather)."""
+    export_final_params(s.run.final, params, s.export)
+
+
+def export_final_params(final: Path, params: Any, export: Callable[[Any, Path], None]) -> None:
+    """`final` written whole and atomically by `export(params, directory)` (process 0; every process joins the
+    gather)."""
     gathered = host_params(params)
     if jax.process_index() != 0:
         return
-    with atomic_path(s.run.final) as tmp:
+    with atomic_path(final) as tmp:
         tmp.mkdir()
-        s.export(gathered, tmp)
+        export(gathered, tmp)

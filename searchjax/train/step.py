@@ -7,7 +7,8 @@ the step accumulates in a `lax.scan`
     g = Σ_k w_k ∇ℓ_k / Σ_k w_k,     ℓ = Σ_k w_k ℓ_k / Σ_k w_k
 
 which for a token-mean loss is exactly the gradient and loss of the whole batch at once (tested ≤ 1e-6), then
-applies one optimizer update. Every other metric is reported as the same weighted mean; `weight` as the sum.
+applies one optimizer update. Every other metric is reported as the same weighted mean (a metric named *_max as
+the maximum over micro-batches); `weight` as the sum.
 The step also reports grad_norm (before clipping), update_norm, param_norm, lr and the global batch's counts
 (`batch_stats`).
 """
@@ -70,21 +71,27 @@ def accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: j
         g_acc, l_acc, w_acc, m_acc = carry
         mb, k = xs
         g, (loss, w, metrics) = grad_fn(params, mb, k)
-        m = {n: jnp.asarray(v, jnp.float32) * w for n, v in metrics.items() if n != "weight"}
+        v32 = {n: jnp.asarray(v, jnp.float32) for n, v in metrics.items() if n != "weight"}
+        m = {n: jnp.maximum(m_acc[n], v) if _is_max(n) else m_acc[n] + v * w for n, v in v32.items()}
         g_acc = jax.tree.map(jnp.add, g_acc, g)
-        m_acc = jax.tree.map(jnp.add, m_acc, m)
-        return (g_acc, l_acc + loss * w, w_acc + w, m_acc), None
+        return (g_acc, l_acc + loss * w, w_acc + w, m), None
 
     _, (_, _, shapes) = jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], parts), keys[0])
-    m0 = {n: jnp.zeros(v.shape, jnp.float32) for n, v in shapes.items() if n != "weight"}
+    m0 = {n: jnp.full(v.shape, -jnp.inf if _is_max(n) else 0.0, jnp.float32) for n, v in shapes.items()
+          if n != "weight"}
     g0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32 if jnp.issubdtype(p.dtype, jnp.floating)
                                           else p.dtype), params)
     (g, l_sum, w_sum, m_sum), _ = jax.lax.scan(body, (g0, 0.0, 0.0, m0), (parts, keys))
     scale = 1.0 / jnp.maximum(w_sum, 1e-30)
     grads = jax.tree.map(lambda x, p: (x * scale).astype(p.dtype), g, params)
-    metrics = {n: v * scale for n, v in m_sum.items()}
+    metrics = {n: v if _is_max(n) else v * scale for n, v in m_sum.items()}
     metrics["weight"] = w_sum
     return grads, l_sum * scale, metrics
+
+
+def _is_max(name: str) -> bool:
+    """Metrics named *_max combine over micro-batches by max, every other one as the weighted mean."""
+    return name.endswith("_max")
 
 
 def batch_stats(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:

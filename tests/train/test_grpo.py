@@ -1,0 +1,307 @@
+"""The GRPO stage: base rewards by data kind, the reference cache, the training batch, the loss with temperature,
+the config's refusals and ablation switches; end to end on the tiny preset (metrics, canary, sync without
+recompiling, export) and kill -9 resume with the same metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from searchjax.config import ConfigError
+from searchjax.rewards.aggregate import RolloutRecords, compute_rewards
+from searchjax.rewards.config import RewardConfig
+from searchjax.rewards.rubrics import RuleJudge
+from searchjax.rollout.records import RolloutRecord
+from searchjax.train.config import load_train_config
+from searchjax.train.grpo import GRPOConfig, prompt_sources
+from searchjax.train.rl import (ReferenceCache, RLPrompt, base_reward, grpo_loss_fn, train_arrays,
+                                width_bucket)
+from tests.train.conftest import read_metrics
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "train" / "grpo_tiny.yaml"
+QA = {"id": "q1", "question": "Who wrote The Mom Test?", "answer": "Rob Fitzpatrick", "aliases": ["R. Fitzpatrick"]}
+RUBRIC = {"id": "r1", "messages": [{"role": "user", "content": "Say hello in one line."}], "reference": "Hello!",
+          "rubrics": [{"text": "says hello", "kind": "contains", "params": {"all": ["hello"]}}]}
+
+
+def _record(answer="", finish="answer", prompt_id="q1", index=0, tokens=(5, 6, 7, 8, 9), prompt_length=2,
+            logprobs=None) -> RolloutRecord:
+    n = len(tokens)
+    mask = [0] * prompt_length + [1] * (n - prompt_length)
+    lp = logprobs or [0.0] * prompt_length + [-0.5] * (n - prompt_length)
+    return RolloutRecord(prompt_id=prompt_id, group_index=index, tokens=list(tokens), loss_mask=mask, logprobs=lp,
+                         prompt_length=prompt_length, tool_calls=0, tool_failures=0, response_length=sum(mask),
+                         answer=answer, finish_reason=finish)
+
+
+# ------------------------------------------------------------------------------------------- host pieces
+@pytest.mark.parametrize("kind,record,answer,finish,expected", [
+    ("qa", QA, "The answer is Rob Fitzpatrick.", "answer", 1.0),
+    ("qa", QA, "R. Fitzpatrick", "answer", 1.0),
+    ("qa", QA, "The answer is Eric Ries.", "answer", 0.0),
+    ("qa", QA, "The answer is Rob Fitzpatrick.", "max_tokens", 0.0),  # cut short: no final answer
+    ("rubric", RUBRIC, "Hello there!", "answer", 1.0),
+    ("rubric", RUBRIC, "Good morning.", "answer", 0.0),
+])
+def test_base_reward_routes_by_data_kind(kind, record, answer, finish, expected):
+    prompt = RLPrompt.of(record, kind, budget=3)
+    assert base_reward(_record(answer, finish, prompt.prompt_id), prompt, RewardConfig(), RuleJudge()) == expected
+
+
+def test_prompt_sources_detect_kinds_and_use_the_recipe_mix(tmp_path):
+    qa, rub = tmp_path / "qa.jsonl", tmp_path / "rub.jsonl"
+    qa.write_text(json.dumps(QA) + "\n")
+    rub.write_text(json.dumps(RUBRIC) + "\n")
+    sources = prompt_sources([str(qa), str(rub)])
+    assert [(s.kind, s.weight) for s in sources] == [("qa", 0.9), ("rubric", pytest.approx(0.1))]
+    assert [s.weight for s in prompt_sources([str(qa), str(qa)])] == [0.5, 0.5]
+
+
+def test_reference_cache_pairs_by_index_and_round_trips():
+    cache = ReferenceCache(2)
+    recs = [_record("b", index=1, tokens=(5, 6, 1, 2, 3)), _record("a", index=0, tokens=(5, 6, 4))]
+    cache.add_records(recs)
+    assert [r.answer for r in cache["q1"]] == ["a", "b"]
+    assert cache["q1"][1].response == (1, 2, 3) and cache["q1"][1].length == 3
+    again = ReferenceCache.from_json(json.loads(json.dumps(cache.to_json())))
+    assert again.entries == cache.entries
+    with pytest.raises(ValueError, match="1 of 2"):
+        ReferenceCache(2).add_records([_record(prompt_id="q2")])
+
+
+def test_train_arrays_shift_tokens_mask_and_logprobs():
+    rec = _record(tokens=(5, 6, 7, 8), prompt_length=2, logprobs=[0.0, 0.0, -0.1, -0.2])
+    arr = train_arrays([rec, _record(tokens=(5, 6, 7))], np.asarray([1.5, -1.5]), pad_id=0, buckets=(4, 8))
+    assert arr["input_ids"].shape == (2, 4)
+    np.testing.assert_array_equal(arr["input_ids"][0], [5, 6, 7, 0])
+    np.testing.assert_array_equal(arr["targets"][0], [6, 7, 8, 0])
+    np.testing.assert_array_equal(arr["loss_mask"][0], [0, 1, 1, 0])
+    np.testing.assert_allclose(arr["logp_infer"][0], [0.0, -0.1, -0.2, 0.0])
+    np.testing.assert_array_equal(arr["lengths"], [3, 2])
+    np.testing.assert_array_equal(arr["advantages"], [1.5, -1.5])
+    assert width_bucket(5, (4, 8)) == 8
+    with pytest.raises(ValueError, match="largest training bucket"):
+        width_bucket(9, (4, 8))
+
+
+def test_loss_log_probs_use_the_sampling_temperature():
+    """log π_T of the loss = log_softmax(logits / T) at the targets (from full logits, as a check)."""
+    from searchjax import model as M
+
+    cfg = M.load_preset("tiny").replace(vocab_size=257)
+    params = M.init_params(cfg, jax.random.key(0))
+    rng = np.random.default_rng(0)
+    ids = jnp.asarray(rng.integers(0, 257, (2, 12)), jnp.int32)
+    targets = jnp.roll(ids, -1, axis=1)
+    t = 0.6
+    logits = M.forward(params, ids, cfg)
+    want = jnp.take_along_axis(jax.nn.log_softmax(logits / t, axis=-1), targets[..., None], -1)[..., 0]
+    mask = jnp.ones((2, 12), jnp.int32).at[:, :3].set(0)
+    batch = {"input_ids": ids, "targets": targets, "loss_mask": mask, "logp_infer": jnp.where(mask > 0, want, 0.0),
+             "advantages": jnp.asarray([1.0, -1.0]), "lengths": jnp.asarray([12, 12])}
+    _, m = grpo_loss_fn(cfg, RewardConfig(), temperature=t, chunk=64)(params, batch, None)
+    assert float(m["canary/logp_abs_diff_max"]) <= 1e-5
+    assert float(m["rollout_corr/ess"]) == pytest.approx(1.0, abs=1e-6)
+    _, m1 = grpo_loss_fn(cfg, RewardConfig(), temperature=1.0, chunk=64)(params, batch, None)
+    assert float(m1["canary/logp_abs_diff_max"]) > 1e-2  # T = 1 is not the distribution sampled from
+
+
+@pytest.mark.parametrize("override,message", [
+    ("rollout.top_p=0.9", "top_p / top_k"),
+    ("rollout.top_k=20", "top_p / top_k"),
+    ("rollout.temperature=0", "temperature must be > 0"),
+    ("rollout.group_size=1", "group_size must be >= 2"),
+    ("minibatches=3", "minibatches"),
+    ("data.buckets=[512]", "must reach rollout.max_len"),
+])
+def test_config_refuses_what_rl_cannot_train(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_train_config(GRPOConfig, CONFIG, [override])
+
+
+def _switch(cfg: RewardConfig, batch: RolloutRecords):
+    return compute_rewards(batch, cfg, jax.random.key(0))
+
+
+@pytest.mark.parametrize("override", ["rewards.aggregation=linear", "rewards.penalties=unconditional",
+                                      "rewards.normalize_std=false"])
+def test_ablation_switches_change_the_reward_as_their_formula_says(override):
+    cfg = load_train_config(GRPOConfig, CONFIG, [override]).rewards
+    base = load_train_config(GRPOConfig, CONFIG).rewards
+    rng = np.random.default_rng(1)
+    batch = RolloutRecords(correct=np.asarray([[1, 0, 1, 0]], np.float32), preference=rng.uniform(size=(1, 4)),
+                           calls=np.asarray([[1, 2, 3, 0]], np.float32), failures=np.zeros((1, 4), np.float32),
+                           lengths=np.asarray([[10, 20, 30, 40]], np.float32),
+                           ref_lengths=np.full((1, 4), 25.0, np.float32), mask=np.ones((1, 4), bool))
+    got, ref = _switch(cfg, batch), _switch(base, batch)
+    pen = np.asarray(got.efficiency_penalty)
+    if "linear" in override:
+        want = batch.correct + cfg.linear_weight * batch.preference - pen
+        np.testing.assert_allclose(got.reward, want, rtol=1e-6)
+        assert not np.allclose(got.reward, ref.reward)
+    elif "unconditional" in override:
+        np.testing.assert_allclose(got.tool_penalty, cfg.per_call * batch.calls, rtol=1e-6)
+        np.testing.assert_allclose(got.length_penalty, cfg.per_token * batch.lengths, rtol=1e-6)
+    else:
+        centred = np.asarray(got.reward) - np.asarray(got.reward).mean(axis=-1, keepdims=True)
+        np.testing.assert_allclose(got.advantages, centred, atol=1e-6)
+
+
+def test_policy_loss_switch_sequence_is_and_clip():
+    from searchjax.losses.grpo import grpo_loss, policy_loss, sequence_grpo_loss
+
+    rng = np.random.default_rng(0)
+    logp, mu = jnp.asarray(rng.normal(-1, 0.1, (3, 5))), jnp.asarray(rng.normal(-1, 0.1, (3, 5)))
+    adv, mask = jnp.asarray([1.0, -0.5, 0.2]), jnp.ones((3, 5), bool)
+    seq = load_train_config(GRPOConfig, CONFIG, ["rewards.sequence_is=true"]).rewards
+    assert float(policy_loss(logp, mu, adv, mask, seq)[0]) == pytest.approx(float(sequence_grpo_loss(logp, mu, adv, mask)[0]))
+    clip = load_train_config(GRPOConfig, CONFIG, ["rewards.clip_eps=0.2", "minibatches=2"]).rewards
+    got = policy_loss(logp, mu, adv, mask, clip, logp_old=logp)[0]
+    assert float(got) == pytest.approx(float(grpo_loss(logp, mu, adv, mask)[0]), rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def rl_workspace(workspace, tmp_path_factory):
+    """The training workspace plus a reward model (random backbone, zero head) with the same tokenizer."""
+    from searchjax.model import read_hf_config
+    from searchjax.rewards.reward_model import init_reward_params, make_scorer, save_reward_model
+
+    root = tmp_path_factory.mktemp("rl")
+    cfg = read_hf_config(workspace["model"])
+    save_reward_model(root / "rm", init_reward_params(cfg, jax.random.key(1)), make_scorer("pointwise", cfg))
+    (root / "rm" / "tokenizer.json").write_bytes(workspace["tokenizer"].read_bytes())
+    return {**workspace, "rm": root / "rm"}
+
+
+RUN_ARGS = ["steps=3", "save_every=1", "progress=false", "rollout.temperature=0.7", "rollout.max_new_tokens=64"]
+DETERMINISTIC = ("loss", "grad_norm", "update_norm", "param_norm", "reward/score/mean", "reward/preference",
+                 "penalty/tool", "penalty/length", "response_length", "ref_length", "tool_calls",
+                 "canary/logp_abs_diff_max", "rollout_corr/kl", "advantages/std", "weights/version")
+
+
+def _cmd(ws, out, *extra):
+    return [sys.executable, "-m", "searchjax.cli.main", "train", "grpo", "--config", str(CONFIG),
+            "--policy", str(ws["model"]), "--reference", str(ws["model"]), "--reward-model", str(ws["rm"]),
+            "--prompts", str(ws["qa"]), "--index", str(ws["root"] / "index"), "--out", str(out), *extra]
+
+
+def _env():
+    return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+
+
+@pytest.fixture(scope="module")
+def grpo_run(rl_workspace, tmp_path_factory):
+    out = tmp_path_factory.mktemp("grpo") / "run"
+    r = subprocess.run(_cmd(rl_workspace, out, *RUN_ARGS), capture_output=True, text=True, env=_env(), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
+    rows = read_metrics(grpo_run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    names = ("reward/score/mean", "reward/score/std", "reward/base", "reward/base_qa", "reward/preference",
+             "penalty/tool", "penalty/length", "penalty/eff", "advantages/mean", "advantages/std",
+             "reward/frac_zero_std_groups", "response_length", "ref_length", "tool_calls", "failed_calls",
+             "finish_reason/answer", "rollout_corr/kl", "rollout_corr/is_mean", "rollout_corr/is_max",
+             "rollout_corr/frac_truncated", "rollout_corr/ess", "canary/logp_abs_diff_mean",
+             "canary/logp_abs_diff_max", "actor/pg_loss", "actor/entropy", "grad_norm", "lr", "weights/version",
+             "timing_s/rollout", "timing_s/reference", "timing_s/reward", "timing_s/train", "timing_s/sync",
+             "timing_s/checkpoint", "perf/tokens_per_s")
+    for row in rows:
+        missing = [n for n in names if n not in row]
+        assert not missing, missing
+        # The trainer's log π (temperature 0.7 in the chunked path) against the sampler's recorded log μ.
+        assert row["canary/logp_abs_diff_max"] <= 1e-4, row["canary/logp_abs_diff_max"]
+        assert abs(row["rollout_corr/kl"]) <= 1e-3
+        assert row["grad_norm"] > 0 and row["update_norm"] > 0
+    assert [r["weights/version"] for r in rows] == [1, 2, 3]
+    # Steps 2 and 3 reuse the engine: sync after every step, and rollouts of new prompts, compile nothing new
+    # beyond the prefill shapes a new prompt length may need.
+    assert rows[0]["reference/new_prompts"] == 4
+    assert rows[-1]["reference/cached_prompts"] >= 4
+    from searchjax.model import load_hf
+
+    cfg, params = load_hf(grpo_run / "final")
+    assert (grpo_run / "final" / "tokenizer.json").exists() and cfg.vocab_size > 0
+    summary = json.loads((grpo_run / "summary.json").read_text())
+    assert summary["stage"] == "grpo" and summary["steps"] == 3
+
+
+def _committed(run: Path, step: int) -> bool:
+    return (run / "checkpoints" / str(step) / "meta").exists()
+
+
+@pytest.mark.slow
+def test_grpo_kill_9_then_resume_matches_uninterrupted(rl_workspace, grpo_run, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cmd(rl_workspace, out, *RUN_ARGS), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+    t0 = time.monotonic()
+    while not _committed(out, 2):
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.monotonic() - t0 < 600, "step 2 was never saved"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "final").exists()
+    r = subprocess.run(_cmd(rl_workspace, out, *RUN_ARGS), capture_output=True, text=True, env=_env(), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming" in r.stdout and "cached reference prompts" in r.stdout
+    ref = {row["step"]: row for row in read_metrics(grpo_run)}
+    got = {row["step"]: row for row in read_metrics(out)}
+    assert sorted(got) == sorted(ref)
+    for step, row in ref.items():
+        for key in DETERMINISTIC:
+            assert got[step][key] == row[key], (step, key, got[step][key], row[key])
+
+
+def test_grpo_cli_bad_input_fails_before_loading(rl_workspace, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(QA) + "\n" + '{"id": "x", "question": 5, "answer": "a"}\n')
+    r = subprocess.run(_cmd({**rl_workspace, "qa": bad}, tmp_path / "run"), capture_output=True, text=True,
+                       env=_env(), timeout=300)
+    assert r.returncode != 0 and "bad.jsonl:2" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    r = subprocess.run(_cmd({**rl_workspace, "rm": tmp_path}, tmp_path / "run2"), capture_output=True, text=True,
+                       env=_env(), timeout=300)
+    assert r.returncode != 0 and "--reward-model" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(_cmd(rl_workspace, tmp_path / "run3", "rollout.top_p=0.9"), capture_output=True, text=True,
+                       env=_env(), timeout=300)
+    assert r.returncode != 0 and "top_p" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_grpo_two_processes_replicate_rollouts_and_match_one(rl_workspace, grpo_run, tmp_path):
+    """2 CPU processes (one device each): every process runs the same rollouts (the loop compares digests and
+    fails otherwise) and trains on its half of the rows; step 1 equals the 1-process run."""
+    import portpicker
+
+    out, port = tmp_path / "two", portpicker.pick_unused_port()
+    args = [*RUN_ARGS, "steps=2", "save_every=2", "checkpoint.async_save=false", "distributed.num_processes=2",
+            f"distributed.coordinator_address=127.0.0.1:{port}"]
+    procs = [subprocess.Popen(_cmd(rl_workspace, out, *args, f"distributed.process_id={i}"), env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    one, two = read_metrics(grpo_run)[0], read_metrics(out)[0]
+    for key in ("reward/score/mean", "reward/preference", "response_length", "ref_length", "tool_calls",
+                "advantages/std", "data/tokens"):
+        assert two[key] == one[key], (key, two[key], one[key])
+    np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(two["grad_norm"], one["grad_norm"], rtol=1e-4, atol=1e-6)
+    assert two["canary/logp_abs_diff_max"] <= 1e-4
