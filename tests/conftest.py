@@ -6,3 +6,20 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flag = "--xla_force_host_platform_device_count=8"
 if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+
+import gc  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_executables():
+    """Drop every compiled executable after each test module. Each XLA CPU executable keeps ~3 memory mappings, and
+    the suite compiles ~20,000 of them: in one process that passes the kernel's vm.max_map_count (65,530), after
+    which mmap fails inside the compiler and the process segfaults. Later modules recompile what they use."""
+    yield
+    import jax
+
+    jax.clear_caches()
+    gc.collect()

@@ -333,13 +333,14 @@ class GRPOLoop:
         """`minibatches` optimizer steps on the rollout batch; metrics averaged over them (the canary and *_max
         of the first, taken before any update)."""
         cfg, rows = self.cfg, arrays["input_ids"].shape[0]
-        if self.old_logp is not None:
-            full = {k: jnp.asarray(v) for k, v in arrays.items() if k in ("input_ids", "targets", "loss_mask",
-                                                                         "lengths")}
-            arrays = {**arrays, "logp_old": np.asarray(self.old_logp(state.params, full))}
+        procs, me = jax.process_count(), jax.process_index()
+        if self.old_logp is not None:  # log π_old of every row, before the first update (this process's rows,
+            share = slice(me * rows // procs, (me + 1) * rows // procs)  # then gathered: all rows on every host)
+            local = {k: arrays[k][share] for k in ("input_ids", "targets", "loss_mask", "lengths")}
+            arrays = {**arrays, "logp_old": host_params(self.old_logp(state.params, device_batch(local, self.mesh)))}
         order = np.arange(rows) if cfg.minibatches == 1 else \
             np.asarray(jax.random.permutation(key, rows))
-        size, procs, me = rows // cfg.minibatches, jax.process_count(), jax.process_index()
+        size = rows // cfg.minibatches
         collected: list[dict[str, float]] = []
         for j in range(cfg.minibatches):
             idx = order[j * size:(j + 1) * size]
@@ -429,10 +430,13 @@ def fit(loop: GRPOLoop, state, start: int, checkpointer: Checkpointer, meta: dic
     logger = MetricsLogger(loop.run.root, cfg.steps, start_step=start, resuming=loop.run.resuming,
                            progress=cfg.progress, desc="grpo")
     step, last, saved_at = start, {}, None
+    position = loop.iterator.get_state()
     try:
         while step < cfg.steps:
+            position = loop.iterator.get_state()  # an interrupt mid-step saves the iterator from before it
             state, m = loop.step(state, step_fn, step)
             step += 1
+            position = loop.iterator.get_state()
             if step == cfg.steps or (cfg.save_every and step % cfg.save_every == 0):
                 t0 = time.perf_counter()
                 checkpointer.save(step, state, loop.iterator, {**meta, "reference_cache": loop.cache.to_json()})
@@ -445,6 +449,7 @@ def fit(loop: GRPOLoop, state, start: int, checkpointer: Checkpointer, meta: dic
     except KeyboardInterrupt:
         if step > start and saved_at != step and not any(x.is_deleted() for x in jax.tree.leaves(state)):
             print(f"\ninterrupted: saving step {step} to {checkpointer.directory} before exiting", flush=True)
+            loop.iterator.set_state(position)
             checkpointer.save(step, state, loop.iterator, {**meta, "reference_cache": loop.cache.to_json()})
             checkpointer.wait()
         raise
