@@ -1,0 +1,80 @@
+"""The learning figures of a GRPO run (issue 12 §4) from its metrics.jsonl: linear-fit slopes with 95% intervals
+and a PNG of the training curves, one panel per metric.
+
+    python tools/grpo_report.py --run RUN [--out curves.png]
+
+Slope: ordinary least squares of the metric on the step, with the 95% interval slope ± t(0.975, n−2)·SE; "rises"
+means the whole interval lies above 0 (falls: below 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+PANELS = ("reward/base", "reward/preference", "reward/score/mean", "penalty/tool", "penalty/length",
+          "rollout_corr/kl", "canary/logp_abs_diff_max", "grad_norm", "tool_calls", "response_length",
+          "actor/entropy", "reward/frac_zero_std_groups")
+SLOPES = ("reward/base", "reward/preference", "penalty/tool", "penalty/length", "penalty/eff", "tool_calls",
+          "response_length", "rollout_corr/kl")
+
+
+def rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def slope(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """OLS slope of y on x with its 95% interval (Student t, n − 2 degrees of freedom)."""
+    from scipy import stats
+
+    n = len(x)
+    if np.ptp(y) == 0:  # a constant series: no interval to compute
+        return {"slope": 0.0, "lo": 0.0, "hi": 0.0, "n": n, "first": float(y[0]), "last": float(y[-1]),
+                "mean": float(y.mean()), "trend": "constant"}
+    fit = stats.linregress(x, y)
+    half = stats.t.ppf(0.975, n - 2) * fit.stderr if n > 2 else math.inf
+    trend = "rises" if fit.slope - half > 0 else "falls" if fit.slope + half < 0 else "flat (interval spans 0)"
+    return {"slope": fit.slope, "lo": fit.slope - half, "hi": fit.slope + half, "n": n,
+            "first": float(y[0]), "last": float(y[-1]), "mean": float(y.mean()), "trend": trend}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    data = rows(Path(args.run))
+    report = {}
+    for key in SLOPES:
+        pts = [(r["step"], r[key]) for r in data if key in r]
+        if len(pts) >= 3:
+            x, y = map(np.asarray, zip(*pts))
+            report[key] = slope(x.astype(float), y.astype(float))
+    print(json.dumps(report, indent=2))
+    if args.out:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        cols = 4
+        fig, axes = plt.subplots(math.ceil(len(PANELS) / cols), cols, figsize=(4 * cols, 2.8 * 3), squeeze=False)
+        for ax, key in zip(axes.flat, PANELS):
+            pts = [(r["step"], r[key]) for r in data if key in r]
+            if pts:
+                x, y = zip(*pts)
+                ax.plot(x, y, marker=".")
+            ax.set_title(key, fontsize=9)
+            ax.set_xlabel("step", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(args.out, dpi=110)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
