@@ -5,7 +5,8 @@ Builds a GRPO run exactly as `searchjax train grpo` does (searchjax.train.grpo.p
 `--steps` rollout batches:
 
 - bare: the policy agent's rollouts of the batch's prompts with the loop's key, before the step (same weights, same
-  keys: the same requests and tokens the loop is about to generate), timed alone;
+  keys: the same requests and tokens the loop is about to generate), run once untimed (any new prefill shape
+  compiles there, as the loop's reference rollouts compile them for its own rollouts) and then timed alone;
 - loop: `GRPOLoop.step` on the same batch: reference rollouts (new prompts only), policy rollouts, rewards and the
   reward model, the train step, the weight sync, each timed by the loop itself.
 
@@ -49,8 +50,10 @@ def main() -> None:
         for t in range(args.steps):
             batch = next(source)
             prompts = loop.prompts(batch)
+            items = [q.item for q in prompts]
+            loop.actors.policy.rollouts(items, cfg.rollout.group_size, loop.rollout_key(t))  # compiles new shapes
             t0 = time.perf_counter()
-            bare = loop.actors.policy.rollouts([q.item for q in prompts], cfg.rollout.group_size, loop.rollout_key(t))
+            bare = loop.actors.policy.rollouts(items, cfg.rollout.group_size, loop.rollout_key(t))
             bare_s = time.perf_counter() - t0
             loop.iterator = iter([batch])
             state, m = loop.step(state, step_fn, t)

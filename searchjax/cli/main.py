@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "searchjax.cli.eval",
     "searchjax.cli.train",
     "searchjax.cli.reward_model",
+    "searchjax.cli.pipeline",
 )
 
 

@@ -1,0 +1,269 @@
+"""The whole recipe as one run: world → index → tokenizer → data → pretraining → SFT → reward model → GRPO →
+evaluation, each stage a `searchjax` command writing under OUT/<stage>/.
+
+    searchjax pipeline --config configs/pipeline/demo.yaml --out DIR [--until STAGE] [--force STAGE]
+
+Every stage is the project's own command line (the commands are tested on their own, check their inputs, write
+atomically and refuse bad input in one line), run as a subprocess so a stage that fails or is killed leaves the
+stages before it intact. After a stage succeeds its directory gets `stage.json`:
+
+    hash = sha256(the stage's argv with OUT-relative paths, the bytes of every config file it reads,
+                  the hashes of the stages it reads from)
+
+A stage whose `stage.json` holds the hash it would have now is skipped; any other is removed and run again, and
+since each hash folds in its inputs' hashes, a changed config reruns that stage and every stage after it.
+`--force STAGE` reruns that stage even when unchanged (its hash stays the same, so the stages after it are kept).
+`--until STAGE` stops after it. At the end the summary prints the evaluation table and the paths of the plots and
+of the tensorboard logs (`tensorboard --logdir OUT`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from searchjax.atomic import atomic_write_text
+from searchjax.config import load_yaml
+
+STAGE_FILE = "stage.json"
+
+
+class StageError(ValueError):
+    """A stage failed; the message names it, its last log line and the log file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainStage:
+    """A training stage: its YAML (configs/train/) and dotted overrides on top."""
+
+    config: str
+    overrides: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeConfig:
+    """configs/pipeline/*.yaml. Sizes of the world and the data, the model preset, each training stage's config,
+    the evaluation's settings. Paths of config files are relative to the repository's configs/ parent (or
+    absolute)."""
+
+    seed: int = 0
+    world_docs: int = 1500
+    real_cities: int = 20
+    vocab_size: int = 1024
+    questions: int = 60
+    rubric_prompts: int = 20
+    sft_results: int = 2
+    abstention: int = 4
+    pairs_per_category: int = 20
+    preset: str = "tiny"
+    lm: TrainStage = TrainStage("configs/train/lm_tiny.yaml")
+    sft: TrainStage = TrainStage("configs/train/sft_tiny.yaml")
+    rm: TrainStage = TrainStage("configs/train/rm_tiny.yaml")
+    grpo: TrainStage = TrainStage("configs/train/grpo_tiny.yaml")
+    eval_questions: int = 10
+    eval_budgets: str = "0-10"
+    eval_max_new_tokens: int = 96
+    eval_max_len: int = 2048
+    eval_slots: int = 16
+
+    def __post_init__(self):
+        for name in ("world_docs", "vocab_size", "questions", "rubric_prompts", "sft_results", "eval_questions"):
+            if getattr(self, name) < 1:
+                raise TypeError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One step: its name, the stages it reads, the argv (paths inside OUT as "{OUT}/..."), the config files it
+    reads, what it produces (checked after the run) and, instead of a command, an in-process function."""
+
+    name: str
+    after: tuple[str, ...]
+    argv: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    produces: tuple[str, ...] = ()
+    run: Callable[[Path], None] | None = None
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def _config_path(path: str) -> str:
+    p = Path(path)
+    return str(p if p.is_absolute() else repo_root() / p)
+
+
+def heldout_questions(qa: Path, out: Path, n: int) -> None:
+    """The first n questions of split dev (never trained on: SFT, RM and GRPO read split train only)."""
+    from searchjax.data.jsonl import read_jsonl, write_jsonl
+
+    rows = [r for r in read_jsonl(qa)[0] if r.get("split") == "dev"][:n]
+    if not rows:
+        raise ValueError(f"{qa}: no questions of split dev to hold out (more questions, or a dev_fraction > 0)")
+    write_jsonl(out, rows)
+
+
+def stages(cfg: RecipeConfig) -> list[Stage]:
+    """The recipe's stages in order (module docstring)."""
+    o, s = "{OUT}", str(cfg.seed)
+    sj = ("searchjax",)
+
+    def train(stage: str, t: TrainStage, *args: str) -> tuple[str, ...]:
+        return (*sj, "train", stage, "--config", _config_path(t.config), *args, "--out", f"{o}/{stage}/run",
+                "progress=false", *t.overrides)
+
+    return [
+        Stage("world", (), (*sj, "world", "build", "--out", f"{o}/world/world", "--seed", s, "--docs",
+                            str(cfg.world_docs), "--real-cities", str(cfg.real_cities)), produces=("world/world",)),
+        Stage("index", ("world",), (*sj, "index", "build", "--corpus", f"{o}/world/world/corpus.jsonl", "--out",
+                                    f"{o}/index/index"), produces=("index/index",)),
+        Stage("tokenizer", ("world",), (*sj, "tokenizer", "train", "--corpus", f"{o}/world/world/corpus.jsonl",
+                                        "--vocab-size", str(cfg.vocab_size), "--out", f"{o}/tokenizer/tokenizer.json"),
+              produces=("tokenizer/tokenizer.json",)),
+        Stage("qa", ("world", "index"), (*sj, "data", "synth-qa", "--world", f"{o}/world/world", "--index",
+                                         f"{o}/index/index", "--n", str(cfg.questions), "--seed", s, "--quiet",
+                                         "--out", f"{o}/qa/qa.jsonl"), produces=("qa/qa.jsonl",)),
+        Stage("rubric", (), (*sj, "data", "rubric", "--n", str(cfg.rubric_prompts), "--seed", s, "--out",
+                             f"{o}/rubric/rubric.jsonl"), produces=("rubric/rubric.jsonl",)),
+        Stage("sft_data", ("world", "index", "qa", "rubric"),
+              (*sj, "data", "sft", "--world", f"{o}/world/world", "--index", f"{o}/index/index", "--qa",
+               f"{o}/qa/qa.jsonl", "--rubric", f"{o}/rubric/rubric.jsonl", "--results", str(cfg.sft_results),
+               "--abstention", str(cfg.abstention), "--seed", s, "--out", f"{o}/sft_data/sft.jsonl"),
+              produces=("sft_data/sft.jsonl",)),
+        Stage("preferences", ("world", "index", "qa", "rubric"),
+              (*sj, "data", "preferences", "--world", f"{o}/world/world", "--index", f"{o}/index/index", "--qa",
+               f"{o}/qa/qa.jsonl", "--rubric", f"{o}/rubric/rubric.jsonl", "--pairs-per-category",
+               str(cfg.pairs_per_category), "--seed", s, "--out", f"{o}/preferences/preferences.jsonl"),
+              produces=("preferences/preferences.jsonl",)),
+        Stage("heldout", ("qa",), produces=("heldout/heldout.jsonl",),
+              run=lambda out: heldout_questions(out / "qa" / "qa.jsonl", out / "heldout" / "heldout.jsonl",
+                                                cfg.eval_questions)),
+        Stage("base_init", ("tokenizer",), (*sj, "model", "init", "--preset", cfg.preset, "--seed", s, "--tokenizer",
+                                            f"{o}/tokenizer/tokenizer.json", "--out", f"{o}/base_init/model"),
+              produces=("base_init/model",)),
+        Stage("lm", ("base_init", "world"), train("lm", cfg.lm, "--model", f"{o}/base_init/model", "--data",
+                                                  f"{o}/world/world/corpus.jsonl"),
+              reads=(cfg.lm.config,), produces=("lm/run/final",)),
+        Stage("sft", ("lm", "sft_data"), train("sft", cfg.sft, "--model", f"{o}/lm/run/final", "--data",
+                                               f"{o}/sft_data/sft.jsonl"),
+              reads=(cfg.sft.config,), produces=("sft/run/final",)),
+        Stage("rm", ("sft", "preferences"), train("rm", cfg.rm, "--model", f"{o}/sft/run/final", "--data",
+                                                  f"{o}/preferences/preferences.jsonl"),
+              reads=(cfg.rm.config,), produces=("rm/run/final",)),
+        Stage("grpo", ("sft", "rm", "qa", "rubric", "index"),
+              train("grpo", cfg.grpo, "--policy", f"{o}/sft/run/final", "--reference", f"{o}/sft/run/final",
+                    "--reward-model", f"{o}/rm/run/final", "--prompts", f"{o}/qa/qa.jsonl",
+                    f"{o}/rubric/rubric.jsonl", "--index", f"{o}/index/index"),
+              reads=(cfg.grpo.config,), produces=("grpo/run/final",)),
+        Stage("eval", ("lm", "sft", "grpo", "heldout", "index"),
+              (*sj, "eval", "--model", f"start={o}/lm/run/final", "--model", f"sft={o}/sft/run/final", "--model",
+               f"sft+rl={o}/grpo/run/final", "--index", f"{o}/index/index", "--questions",
+               f"{o}/heldout/heldout.jsonl", "--budgets", cfg.eval_budgets, "--results", str(cfg.sft_results),
+               "--max-new-tokens", str(cfg.eval_max_new_tokens), "--max-len", str(cfg.eval_max_len), "--slots",
+               str(cfg.eval_slots), "--seed", s, "--quiet", "--out", f"{o}/eval/eval"),
+              produces=("eval/eval/summary.csv", "eval/eval/tool_efficiency.png")),
+    ]
+
+
+STAGE_NAMES = tuple(st.name for st in stages(RecipeConfig()))
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stage_hash(stage: Stage, upstream: dict[str, str], cfg: RecipeConfig) -> str:
+    """The stage's hash (module docstring); an in-process stage hashes its name and the recipe config instead of
+    an argv."""
+    h = hashlib.sha256()
+    body = {"name": stage.name, "argv": list(stage.argv) or dataclasses.asdict(cfg),
+            "reads": {r: _file_digest(Path(_config_path(r))) for r in stage.reads},
+            "after": {a: upstream[a] for a in stage.after}}
+    h.update(json.dumps(body, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _done_hash(out: Path, name: str) -> str | None:
+    marker = out / name / STAGE_FILE
+    try:
+        return json.loads(marker.read_text())["hash"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _argv(stage: Stage, out: Path) -> list[str]:
+    argv = [a.replace("{OUT}", str(out)) for a in stage.argv]
+    return [sys.executable, "-m", "searchjax.cli.main", *argv[1:]]
+
+
+def run_pipeline(cfg: RecipeConfig, out: str | Path, *, until: str | None = None, force: tuple[str, ...] = (),
+                 log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or skip) every stage up to `until`; returns {stage: {"status": "ran" | "skipped", "s": seconds}}."""
+    out = Path(out).absolute()
+    names = [st.name for st in stages(cfg)]
+    for name in (until, *force):
+        if name is not None and name not in names:
+            raise ValueError(f"unknown stage {name!r}; the stages are {names}")
+    out.mkdir(parents=True, exist_ok=True)
+    hashes: dict[str, str] = {}
+    report: dict[str, Any] = {}
+    for stage in stages(cfg):
+        h = stage_hash(stage, hashes, cfg)
+        hashes[stage.name] = h
+        d = out / stage.name
+        outputs_there = all((out / p).exists() for p in stage.produces)
+        if _done_hash(out, stage.name) == h and outputs_there and stage.name not in force:
+            report[stage.name] = {"status": "skipped"}
+            log(f"[{stage.name}] unchanged, skipped")
+        else:
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir(parents=True)
+            log(f"[{stage.name}] running")
+            t0 = time.perf_counter()
+            if stage.run is not None:
+                stage.run(out)
+            else:
+                env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+                with open(d / "log.txt", "w") as logf:
+                    r = subprocess.run(_argv(stage, out), stdout=logf, stderr=subprocess.STDOUT, env=env)
+                if r.returncode != 0:
+                    lines = [x for x in (d / "log.txt").read_text().splitlines() if x.strip()]
+                    raise StageError(f"stage {stage.name} failed (exit {r.returncode}): "
+                                     f"{lines[-1] if lines else 'no output'} (log: {d / 'log.txt'})")
+            missing = [p for p in stage.produces if not (out / p).exists()]
+            if missing:
+                raise StageError(f"stage {stage.name} finished without writing {missing}")
+            seconds = time.perf_counter() - t0
+            atomic_write_text(d / STAGE_FILE, json.dumps({"hash": h, "argv": list(stage.argv),
+                                                          "seconds": round(seconds, 1)}, indent=1) + "\n")
+            report[stage.name] = {"status": "ran", "s": round(seconds, 1)}
+            log(f"[{stage.name}] done in {seconds:.0f} s")
+        if stage.name == until:
+            break
+    return report
+
+
+def summary_lines(out: Path) -> list[str]:
+    """The evaluation table and where the plots and logs are (after an eval stage)."""
+    lines = []
+    csv = out / "eval" / "eval" / "summary.csv"
+    if csv.exists():
+        lines += ["", csv.read_text().rstrip(), "",
+                  f"plots: {csv.parent / 'tool_efficiency.png'}, {csv.parent / 'cost_accuracy.png'}"]
+    lines.append(f"training logs: tensorboard --logdir {out}")
+    return lines
+
+
+def load_recipe(path: str | Path) -> RecipeConfig:
+    return load_yaml(RecipeConfig, path)

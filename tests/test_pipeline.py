@@ -1,0 +1,60 @@
+"""`searchjax pipeline`: stages run in order, an unchanged stage is skipped, a changed config reruns that stage and
+the ones after it (and only those), --force reruns one stage, a failing stage names itself and its log."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from searchjax.pipeline import RecipeConfig, StageError, load_recipe, run_pipeline, stages
+from searchjax.config import configs_dir
+
+
+def _statuses(report):
+    return {name: r["status"] for name, r in report.items()}
+
+
+def test_stage_skipping_and_rerun_on_a_config_change(tmp_path):
+    cfg = RecipeConfig(world_docs=400, real_cities=20, vocab_size=400, questions=6)
+    out = tmp_path / "run"
+    first = run_pipeline(cfg, out, until="qa", log=lambda _: None)
+    assert list(first) == ["world", "index", "tokenizer", "qa"] and set(_statuses(first).values()) == {"ran"}
+    for name in first:
+        assert json.loads((out / name / "stage.json").read_text())["hash"]
+    assert _statuses(run_pipeline(cfg, out, until="qa", log=lambda _: None)) == dict.fromkeys(first, "skipped")
+
+    changed = dataclasses.replace(cfg, questions=5)  # only the qa stage reads it
+    assert _statuses(run_pipeline(changed, out, until="qa", log=lambda _: None)) == {
+        "world": "skipped", "index": "skipped", "tokenizer": "skipped", "qa": "ran"}
+    forced = run_pipeline(changed, out, until="qa", force=("index",), log=lambda _: None)
+    assert _statuses(forced) == {"world": "skipped", "index": "ran", "tokenizer": "skipped", "qa": "skipped"}
+
+    reseeded = dataclasses.replace(changed, seed=1)  # the world changes, so everything after it reruns
+    assert set(_statuses(run_pipeline(reseeded, out, until="qa", log=lambda _: None)).values()) == {"ran"}
+
+
+def test_a_deleted_output_reruns_its_stage(tmp_path):
+    cfg = RecipeConfig(world_docs=400, real_cities=20, vocab_size=400)
+    out = tmp_path / "run"
+    run_pipeline(cfg, out, until="tokenizer", log=lambda _: None)
+    (out / "tokenizer" / "tokenizer.json").unlink()
+    assert _statuses(run_pipeline(cfg, out, until="tokenizer", log=lambda _: None))["tokenizer"] == "ran"
+
+
+def test_a_failing_stage_names_itself_and_its_log(tmp_path):
+    cfg = RecipeConfig(world_docs=400, real_cities=20, vocab_size=10)  # below the special tokens: refused
+    with pytest.raises(StageError, match=r"stage tokenizer failed .*log: .*tokenizer/log.txt"):
+        run_pipeline(cfg, tmp_path / "run", until="tokenizer", log=lambda _: None)
+    with pytest.raises(ValueError, match="unknown stage 'nope'"):
+        run_pipeline(cfg, tmp_path / "run", until="nope")
+
+
+def test_the_pipeline_configs_load_and_chain_every_stage():
+    for path in sorted((configs_dir() / "pipeline").glob("*.yaml")):
+        cfg = load_recipe(path)
+        names = [s.name for s in stages(cfg)]
+        assert names[0] == "world" and names[-1] == "eval"
+        for s in stages(cfg):
+            assert all(a in names[: names.index(s.name)] for a in s.after), s.name
