@@ -75,9 +75,10 @@ class PreferenceScorer:
         self._forward = jax.jit(self._both_orders)
 
     @classmethod
-    def load(cls, path: str | Path, dtype: str = "float32", **kwargs) -> "PreferenceScorer":
-        """The scorer of a reward-model checkpoint (save_reward_model) with the tokenizer.json stored beside it."""
-        params, scorer = load_reward_model(path, dtype)
+    def load(cls, path: str | Path, dtype: str = "float32", mesh=None, **kwargs) -> "PreferenceScorer":
+        """The scorer of a reward-model checkpoint (save_reward_model) with the tokenizer.json stored beside it,
+        on `mesh` (default: the first device)."""
+        params, scorer = load_reward_model(path, dtype, mesh)
         return cls(params, scorer, load_tokenizer(path).encode, **kwargs)
 
     @property

@@ -480,14 +480,15 @@ def build_actors(cfg: GRPOConfig, start, reference: Path, reward_model: Path, ba
     _same_tokenizer(start.path / "tokenizer.json", reference / "tokenizer.json", "--reference")
     _same_tokenizer(start.path / "tokenizer.json", reward_model / "tokenizer.json", "--reward-model")
     mesh = make_mesh({"fsdp": 1}, devices=jax.local_devices()[:1])
-    ref_params = load_hf(reference, dtype=r.dtype)[1]
+    ref_params = load_hf(reference, dtype=r.dtype, mesh=mesh)[1]
     engine = SearchJaxEngine(start.cfg, ref_params, start.tokenizer, max_concurrent_decodes=r.slots,
                              max_prefill_length=r.max_prefill_length, max_len=r.max_len, cache_dtype=r.dtype,
                              sampling=r.agent().sampling, mesh=mesh)
     ref_driver = RolloutDriver(engine, ref_params, extend_cache=r.extend_cache)
     engine_dtype = jax.tree.map(lambda p: p.astype(jnp.dtype(r.dtype)), params)
     policy_driver = RolloutDriver(engine, engine_dtype, extend_cache=r.extend_cache)
-    scorer = PreferenceScorer.load(reward_model, batch_pairs=cfg.scorer_batch_pairs, buckets=cfg.scorer_buckets)
+    scorer = PreferenceScorer.load(reward_model, mesh=mesh, batch_pairs=cfg.scorer_batch_pairs,
+                                   buckets=cfg.scorer_buckets)
     agent_cfg = r.agent()
     return Actors(engine=engine, policy=SearchAgent(policy_driver, backend, agent_cfg),
                   reference=SearchAgent(ref_driver, backend, agent_cfg), scorer=scorer,
