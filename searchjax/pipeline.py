@@ -60,6 +60,7 @@ class RecipeConfig:
     real_cities: int = 20
     vocab_size: int = 1024
     questions: int = 60
+    qa_config: str = "configs/data/synth_qa.yaml"
     rubric_prompts: int = 20
     sft_results: int = 2
     abstention: int = 4
@@ -131,8 +132,9 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
                                         "--vocab-size", str(cfg.vocab_size), "--out", f"{o}/tokenizer/tokenizer.json"),
               produces=("tokenizer/tokenizer.json",)),
         Stage("qa", ("world", "index"), (*sj, "data", "synth-qa", "--world", f"{o}/world/world", "--index",
-                                         f"{o}/index/index", "--n", str(cfg.questions), "--seed", s, "--quiet",
-                                         "--out", f"{o}/qa/qa.jsonl"), produces=("qa/qa.jsonl",)),
+                                         f"{o}/index/index", "--config", _config_path(cfg.qa_config), "--n",
+                                         str(cfg.questions), "--seed", s, "--quiet", "--out", f"{o}/qa/qa.jsonl"),
+              reads=(cfg.qa_config,), produces=("qa/qa.jsonl",)),
         Stage("rubric", (), (*sj, "data", "rubric", "--n", str(cfg.rubric_prompts), "--seed", s, "--out",
                              f"{o}/rubric/rubric.jsonl"), produces=("rubric/rubric.jsonl",)),
         Stage("sft_data", ("world", "index", "qa", "rubric"),
