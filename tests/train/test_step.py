@@ -27,12 +27,12 @@ def _batch(rows: int, seq: int, vocab: int, seed: int = 0) -> dict[str, np.ndarr
     return {"input_ids": ids, "targets": targets, "loss_mask": mask, "lengths": lengths.astype(np.int32)}
 
 
-def _setup(micro_batches=1, lr=1e-2, steps=10, mesh_shape=None, compute_dtype="float32", aux=0.0):
+def _setup(micro_batches=1, lr=1e-2, steps=10, mesh_shape=None, compute_dtype="float32", aux=0.0, eps=1e-8):
     cfg, params = tiny_model()
     mesh = make_mesh(mesh_shape or {"fsdp": 1}, devices=jax.devices()[: int(np.prod(list((mesh_shape or {"fsdp": 1}).values())))])
     shardings = param_shardings(cfg, mesh)
     params = jax.device_put(params, shardings)
-    ocfg = OptimConfig(learning_rate=lr, warmup_steps=0, schedule="constant", micro_batches=micro_batches)
+    ocfg = OptimConfig(learning_rate=lr, warmup_steps=0, schedule="constant", micro_batches=micro_batches, eps=eps)
     tx = make_optimizer(ocfg, steps)
     state = create_state(params, tx, 0, mesh, shardings)
     loss = next_token_loss(cfg, remat=False, chunk=64, aux_coef=aux)
@@ -83,20 +83,24 @@ def test_state_is_donated():
 
 @pytest.mark.slow
 def test_sharded_step_equals_unsharded():
-    """The same 3 steps on 8 fake devices (fsdp 4 × tensor 2) and on one device: losses and gradient norms to
-    1e-5; parameters to 2e-4 absolute (Adam divides by √v, so entries whose gradient is ~0 turn reduction-order
-    noise into a visible share of one lr = 1e-2 step)."""
+    """The same 3 steps on 8 fake devices (fsdp 4 × tensor 2) and on one device: loss and gradient norm of the
+    first step to 1e-5, of every step to 1e-4; parameters to 2e-4 absolute. Adam's ε is 1e-3 here: with the
+    default 1e-8 an entry whose gradient is ~0 gets g/√v = ±1, so reduction-order noise decides the sign of a
+    whole lr = 1e-2 step and the parameters of the two runs differ by chance, not by a sharding error."""
     assert len(jax.devices()) >= 8, "tests/conftest.py sets 8 fake CPU devices"
     batch = _batch(8, 32, 256, seed=1)
     runs = []
     for shape in ({"fsdp": 1}, {"fsdp": 4, "tensor": 2}):
-        cfg, mesh, state, step, _ = _setup(mesh_shape=shape, aux=1e-3)
+        cfg, mesh, state, step, _ = _setup(mesh_shape=shape, aux=1e-3, eps=1e-3)
         figures = []
         for _ in range(3):
             state, m = step(state, device_batch(batch, mesh))
             figures += [float(m["loss"]), float(m["grad_norm"])]
         runs.append((figures, jax.tree.map(np.asarray, state.params)))
-    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-5)
+    # Step 1 starts from identical params: only the reduction order differs. Later steps start from params that
+    # already differ by that noise.
+    np.testing.assert_allclose(runs[1][0][:2], runs[0][0][:2], rtol=1e-5)
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-4)
     for a, b in zip(jax.tree.leaves(runs[0][1]), jax.tree.leaves(runs[1][1])):
         np.testing.assert_allclose(b, a, rtol=0, atol=2e-4)
 
