@@ -75,13 +75,40 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def prepare_run_dir(out: str | Path, stage: str, cfg: Any, overwrite: bool = False) -> RunDir:
     """Create, resume or refuse RUN (see module docstring). Only process 0 writes; every process gets the same
-    answer (the decision reads only files that exist before the run starts)."""
+    answer: with several processes, barriers make every process decide before process 0 changes anything."""
     root = Path(out)
     resolved = to_dict(cfg)
     if root.exists() and not root.is_dir():
         raise ConfigError(f"--out {root}: exists and is not a directory")
+    # Every process reads the directory before process 0 changes it (a process that looked after process 0 had
+    # created RUN, and before run.json was written, would refuse a directory the others are starting in).
+    _barrier("rundir_read")
     if overwrite and root.exists() and jax.process_index() == 0:
         shutil.rmtree(root)
+    try:
+        run = _decide(root, stage, resolved, overwrite)
+    finally:
+        _barrier("rundir_decided")
+    if not run.resuming and jax.process_index() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(root / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        atomic_write_text(root / "run.json", json.dumps({"stage": stage, "format": FORMAT}) + "\n")
+    _barrier("rundir_written")
+    return run
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"searchjax_{name}")
+
+
+def _decide(root: Path, stage: str, resolved: dict[str, Any], overwrite: bool) -> RunDir:
+    """Resume (RUN holds this stage's run with this config), start afresh (RUN missing, empty, or being
+    overwritten by process 0), or refuse."""
+    if overwrite:
+        return RunDir(root, resuming=False)
     marker = root / "run.json"
     if root.exists() and any(root.iterdir()):
         if not marker.exists():
@@ -97,8 +124,4 @@ def prepare_run_dir(out: str | Path, stage: str, cfg: Any, overwrite: bool = Fal
             raise ConfigError(f"--out {root}: its config.yaml differs from this run's config in {diff[:8]}; resume "
                               "with the same config, or pass --overwrite to start afresh")
         return RunDir(root, resuming=True)
-    if jax.process_index() == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(root / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
-        atomic_write_text(marker, json.dumps({"stage": stage, "format": FORMAT}) + "\n")
     return RunDir(root, resuming=False)
