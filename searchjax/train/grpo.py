@@ -279,11 +279,10 @@ def check_replicated(records, t: int) -> None:
 class GRPOLoop:
     """One GRPO run's moving parts (the stage builds it; `fit` runs it)."""
 
-    def __init__(self, cfg: GRPOConfig, actors: Actors, model_cfg, tokenizer, mesh, run, iterator, cache):
+    def __init__(self, cfg: GRPOConfig, actors: Actors, model_cfg, tokenizer, mesh, run, iterator, cache, tx):
         self.cfg, self.actors, self.mesh, self.run = cfg, actors, mesh, run
-        self.iterator, self.cache, self.pad_id = iterator, cache, tokenizer.special.pad
+        self.iterator, self.cache, self.pad_id, self.tx = iterator, cache, tokenizer.special.pad, tx
         total = cfg.steps * cfg.minibatches
-        self.tx = make_optimizer(cfg.optim, total)
         aux = model_cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
         self.loss_fn = grpo_loss_fn(model_cfg, cfg.rewards, temperature=cfg.rollout.temperature,
                                     chunk=cfg.loss_chunk, aux_coef=aux, remat=cfg.remat)
@@ -436,7 +435,7 @@ def fit(loop: GRPOLoop, state, start: int, checkpointer: Checkpointer, meta: dic
             position = loop.iterator.get_state()  # an interrupt mid-step saves the iterator from before it
             state, m = loop.step(state, step_fn, step)
             step += 1
-            position = loop.iterator.get_state()
+            position = loop.iterator.get_state()  # the step is done: an interrupt from here on keeps its batch
             if step == cfg.steps or (cfg.save_every and step % cfg.save_every == 0):
                 t0 = time.perf_counter()
                 checkpointer.save(step, state, loop.iterator, {**meta, "reference_cache": loop.cache.to_json()})
@@ -538,7 +537,7 @@ def prepare_grpo(cfg: GRPOConfig, policy: str | Path, reference: str | Path, rew
     params = host_params(state.params) if jax.process_count() > 1 else state.params
     actors = build_actors(cfg, start, Path(reference), Path(reward_model), backend, params)
     actors.policy.driver.version = begin
-    loop = GRPOLoop(cfg, actors, start.cfg, start.tokenizer, mesh, run, iterator, cache)
+    loop = GRPOLoop(cfg, actors, start.cfg, start.tokenizer, mesh, run, iterator, cache, tx)
     return Prepared(loop, state, begin, ckpt, meta, start)
 
 
