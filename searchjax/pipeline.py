@@ -1,4 +1,4 @@
-"""The whole recipe as one run: world → index → tokenizer → data → pretraining → SFT → reward model → GRPO →
+"""The whole recipe as one run: world → index → data → tokenizer → pretraining → SFT → reward model → GRPO →
 evaluation, each stage a `searchjax` command writing under OUT/<stage>/.
 
     searchjax pipeline --config configs/pipeline/demo.yaml --out DIR [--until STAGE] [--force STAGE]
@@ -128,9 +128,6 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
                             str(cfg.world_docs), "--real-cities", str(cfg.real_cities)), produces=("world/world",)),
         Stage("index", ("world",), (*sj, "index", "build", "--corpus", f"{o}/world/world/corpus.jsonl", "--out",
                                     f"{o}/index/index"), produces=("index/index",)),
-        Stage("tokenizer", ("world",), (*sj, "tokenizer", "train", "--corpus", f"{o}/world/world/corpus.jsonl",
-                                        "--vocab-size", str(cfg.vocab_size), "--out", f"{o}/tokenizer/tokenizer.json"),
-              produces=("tokenizer/tokenizer.json",)),
         Stage("qa", ("world", "index"), (*sj, "data", "synth-qa", "--world", f"{o}/world/world", "--index",
                                          f"{o}/index/index", "--config", _config_path(cfg.qa_config), "--n",
                                          str(cfg.questions), "--seed", s, "--quiet", "--out", f"{o}/qa/qa.jsonl"),
@@ -142,6 +139,12 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
                f"{o}/qa/qa.jsonl", "--rubric", f"{o}/rubric/rubric.jsonl", "--results", str(cfg.sft_results),
                "--abstention", str(cfg.abstention), "--seed", s, "--out", f"{o}/sft_data/sft.jsonl"),
               produces=("sft_data/sft.jsonl",)),
+        # The BPE learns from the corpus and the rendered SFT conversations: the chat template and the tool-call
+        # syntax then get merges of their own, which shortens every trajectory the later stages train on.
+        Stage("tokenizer", ("world", "sft_data"),
+              (*sj, "tokenizer", "train", "--corpus", f"{o}/world/world/corpus.jsonl", f"{o}/sft_data/sft.jsonl",
+               "--vocab-size", str(cfg.vocab_size), "--out", f"{o}/tokenizer/tokenizer.json"),
+              produces=("tokenizer/tokenizer.json",)),
         Stage("preferences", ("world", "index", "qa", "rubric"),
               (*sj, "data", "preferences", "--world", f"{o}/world/world", "--index", f"{o}/index/index", "--qa",
                f"{o}/qa/qa.jsonl", "--rubric", f"{o}/rubric/rubric.jsonl", "--pairs-per-category",

@@ -20,16 +20,16 @@ def test_stage_skipping_and_rerun_on_a_config_change(tmp_path):
     cfg = RecipeConfig(world_docs=400, real_cities=20, vocab_size=400, questions=6)
     out = tmp_path / "run"
     first = run_pipeline(cfg, out, until="qa", log=lambda _: None)
-    assert list(first) == ["world", "index", "tokenizer", "qa"] and set(_statuses(first).values()) == {"ran"}
+    assert list(first) == ["world", "index", "qa"] and set(_statuses(first).values()) == {"ran"}
     for name in first:
         assert json.loads((out / name / "stage.json").read_text())["hash"]
     assert _statuses(run_pipeline(cfg, out, until="qa", log=lambda _: None)) == dict.fromkeys(first, "skipped")
 
     changed = dataclasses.replace(cfg, questions=5)  # only the qa stage reads it
     assert _statuses(run_pipeline(changed, out, until="qa", log=lambda _: None)) == {
-        "world": "skipped", "index": "skipped", "tokenizer": "skipped", "qa": "ran"}
+        "world": "skipped", "index": "skipped", "qa": "ran"}
     forced = run_pipeline(changed, out, until="qa", force=("index",), log=lambda _: None)
-    assert _statuses(forced) == {"world": "skipped", "index": "ran", "tokenizer": "skipped", "qa": "skipped"}
+    assert _statuses(forced) == {"world": "skipped", "index": "ran", "qa": "skipped"}
 
     reseeded = dataclasses.replace(changed, seed=1)  # the world changes, so everything after it reruns
     assert set(_statuses(run_pipeline(reseeded, out, until="qa", log=lambda _: None)).values()) == {"ran"}

@@ -20,7 +20,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from searchjax.atomic import atomic_path
-from searchjax.chat.template import render_segments
+from searchjax.chat.template import ChatTemplateError, render, render_segments
 
 # Qwen3.5's added tokens in id order, starting at 248044 (QWEN35.md §6.3).
 QWEN35_SPECIAL_TOKENS = (
@@ -141,7 +141,10 @@ def _utf8_lines(path: str) -> Iterator[tuple[int, str]]:
 
 
 def iter_corpus_texts(paths: Iterable[str | os.PathLike]) -> Iterator[str]:
-    """Texts of corpus files: ``.jsonl`` lines give ``title`` and ``text`` fields; other files give lines."""
+    """Texts of corpus files: ``.jsonl`` lines give ``title`` and ``text`` fields, or, for a conversation row
+    (a ``messages`` list, as `searchjax data sft` writes them), the conversation rendered with the chat template
+    and the search_web tool, as the SFT stage renders it (rows of split ``dev`` are left out); other files give
+    lines. Training on rendered trajectories gives the template and the tool-call syntax few tokens each."""
     for path in paths:
         path = os.fspath(path)
         if not path.endswith(".jsonl"):
@@ -154,11 +157,24 @@ def iter_corpus_texts(paths: Iterable[str | os.PathLike]) -> Iterator[str]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{lineno}: invalid JSON ({err.msg})") from err
+            if isinstance(record, dict) and isinstance(record.get("messages"), list):
+                if record.get("split") != "dev":
+                    yield _rendered_conversation(record["messages"], f"{path}:{lineno}")
+                continue
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise ValueError(f"{path}:{lineno}: expected an object with a string 'text' field")
             if not isinstance(record.get("title", ""), str):
                 raise ValueError(f"{path}:{lineno}: field 'title' must be a string")
             yield f"{record.get('title', '')}\n{record['text']}\n"
+
+
+def _rendered_conversation(messages: list, where: str) -> str:
+    from searchjax.search import SEARCH_WEB_TOOL  # here: importing chat does not load the search package
+
+    try:
+        return render(messages, [SEARCH_WEB_TOOL], add_generation_prompt=False) + "\n"
+    except ChatTemplateError as err:
+        raise ValueError(f"{where}: conversation the chat template refuses: {err}") from err
 
 
 def new_bpe_tokenizer() -> tokenizers.Tokenizer:

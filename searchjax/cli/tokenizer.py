@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.required = True
     train = sub.add_parser("train", help="train a byte-level BPE with Qwen3.5's special tokens")
     train.add_argument("--corpus", nargs="+", required=True,
-                       help="corpus files: .jsonl with title/text fields (the world corpus) or plain text")  # fmt: skip
+                       help="corpus files: .jsonl with title/text fields (the world corpus), .jsonl conversations "
+                            "(`data sft` output: rendered with the chat template, split dev left out) or plain text")
     floor = 256 + len(QWEN35_SPECIAL_TOKENS) + 1
     train.add_argument("--vocab-size", type=int_at_least(floor), required=True,
                        help=f"total vocabulary incl. 256 bytes and {len(QWEN35_SPECIAL_TOKENS)} special tokens "

@@ -117,6 +117,21 @@ def test_train_errors(tmp_path):
         train_tokenizer([tmp_path / "missing.jsonl"], 400)
 
 
+def test_conversation_rows_are_rendered_with_the_search_tool_and_dev_rows_left_out(tmp_path):
+    from searchjax.chat.tokenizer import iter_corpus_texts
+    from searchjax.search import SEARCH_WEB_TOOL
+
+    rows = [{"id": "a", "split": "train", "messages": CONVERSATION[:6]},
+            {"id": "b", "split": "dev", "messages": CONVERSATION[:2]},
+            {"title": "Doc", "text": "plain text"}]  # fmt: skip
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    texts = list(iter_corpus_texts([tmp_path / "sft.jsonl"]))
+    assert texts == [render(CONVERSATION[:6], [SEARCH_WEB_TOOL], add_generation_prompt=False) + "\n", "Doc\nplain text\n"]
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"messages": [{"role": "assistant", "content": "x"}]}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: conversation the chat template refuses"):
+        list(iter_corpus_texts([tmp_path / "bad.jsonl"]))
+
+
 def test_cli_tokenizer_train(tmp_path, capsys):
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in CORPUS_DOCS[:50]))
     parser = argparse.ArgumentParser()
