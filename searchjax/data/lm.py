@@ -86,15 +86,55 @@ class ProcessRows(grain.MapDataset):
         return _batch(self._parent[start + j] for j in range(self.local))
 
 
+class CopyRows(grain.MapDataset):
+    """Induction rows: element k is, with probability `fraction`, x ‖ x (cut to the row's T + 1 tokens) for
+    x = ⌈(T + 1) / 2⌉ ids drawn uniformly from [0, high), else parent[k] unchanged.
+
+    The second copy of x can only be predicted by finding the earlier occurrence of the current token and
+    copying what followed it: the induction mechanism a policy needs to copy a name from its question or from a
+    search result into a query or an answer. Natural text rewards it weakly once the corpus is memorised (a
+    checkpoint pretrained on the world's corpus alone showed no copy gain: tools/copy_probe.py). x is fresh for
+    every element (drawn from a generator seeded by (seed, k)), so it cannot be memorised, and the rows are a pure
+    function of k: resume stays exact. `high` is the first special-token id, so x holds no chat-template token."""
+
+    def __init__(self, parent: grain.MapDataset, fraction: float, seed: int, high: int):
+        super().__init__(parent)
+        if not 0 <= fraction <= 1 or high < 1:
+            raise ValueError(f"CopyRows: 0 <= fraction <= 1 and high >= 1 required, got {fraction}, {high}")
+        self._fraction, self._seed, self._high = float(fraction), int(seed), int(high)
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def __str__(self) -> str:
+        return f"CopyRows(fraction={self._fraction}, seed={self._seed})"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        row = self._parent[index]
+        rng = np.random.default_rng([self._seed, 0x1D, int(index)])
+        if rng.random() >= self._fraction:
+            return row
+        x = rng.integers(0, self._high, size=(len(row) + 1) // 2).astype(row.dtype)
+        return np.concatenate([x, x])[: len(row)]
+
+
 def lm_dataset(rows: np.ndarray, batch_size: int, seed: int, *, process_index: int | None = None,
-               process_count: int | None = None, shuffle: bool = True) -> grain.MapDataset:
+               process_count: int | None = None, shuffle: bool = True, copy_fraction: float = 0.0,
+               copy_high: int | None = None) -> grain.MapDataset:
     """This process's rows of the global batches (`batch_size` is the global batch): infinite and shuffled per
     epoch (training), or one ordered pass (shuffle=False, evaluation; the last partial batch dropped). The global
-    batch k holds the same rows for any process count."""
+    batch k holds the same rows for any process count. `copy_fraction` > 0 replaces that share of the training
+    rows by induction rows (`CopyRows`, ids below `copy_high`)."""
     p, n = _process_split(process_index, process_count)
     if len(rows) < batch_size:
         raise DataError(f"{len(rows)} rows, fewer than one batch of {batch_size}")
     source = grain.MapDataset.source(list(rows))
     if shuffle:
         source = EpochShuffle(source, seed=seed)
+    if copy_fraction > 0:
+        if copy_high is None:
+            raise ValueError("lm_dataset: copy_fraction > 0 needs copy_high (the first special-token id)")
+        source = CopyRows(source, copy_fraction, seed, copy_high)
     return ProcessRows(source, batch_size, p, n)

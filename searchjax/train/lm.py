@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from searchjax.chat import QWEN35_SPECIAL_TOKENS
 from searchjax.data.jsonl import DataError
 from searchjax.data.lm import lm_dataset, stream_rows, token_stream
 from searchjax.train.causal import BATCH_KEYS, flops_of, hf_export, make_evaluator, next_token_loss, \
@@ -28,18 +29,23 @@ from searchjax.train.runner import Supervised, host_prepare, run_mesh, run_super
 class LMData:
     """Corpus files (`--data` / `--dev` replace them): corpus JSONL (title + text) or plain text lines.
 
-    Without dev files, the last `dev_fraction` of the rows is held out for the dev loss."""
+    Without dev files, the last `dev_fraction` of the rows is held out for the dev loss. `copy_fraction` of the
+    training rows (never the dev rows) are induction rows x ‖ x of fresh random ids (`searchjax.data.lm.CopyRows`):
+    0 = plain pretraining."""
 
     sources: tuple[str, ...] = ()
     dev: tuple[str, ...] = ()
     seq_len: int = 512
     dev_fraction: float = 0.02
     eval_batches: int = 4
+    copy_fraction: float = 0.0
 
     def __post_init__(self):
         if self.seq_len < 2 or not 0 <= self.dev_fraction < 1 or self.eval_batches < 0:
             raise TypeError(f"data: seq_len >= 2, 0 <= dev_fraction < 1, eval_batches >= 0 required, got "
                             f"{self.seq_len}, {self.dev_fraction}, {self.eval_batches}")
+        if not 0 <= self.copy_fraction <= 1:
+            raise TypeError(f"data.copy_fraction: expected a share in [0, 1], got {self.copy_fraction}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +89,12 @@ def run_lm(cfg: LMConfig, model: str | Path, out: str | Path, overwrite: bool = 
         if d.dev_fraction > 0 and len(rows) >= 3 * cfg.batch_size:
             n_dev = max(n_dev, cfg.batch_size)
         rows, dev_rows = (rows[: len(rows) - n_dev], rows[len(rows) - n_dev:]) if n_dev else (rows, None)
-    iterator = iter(lm_dataset(rows, cfg.batch_size, cfg.seed).to_iter_dataset())
+    first_special = None
+    if d.copy_fraction > 0:  # induction rows draw their ids below the chat template's tokens
+        ids = [start.tokenizer.token_to_id(t) for t in QWEN35_SPECIAL_TOKENS]
+        first_special = min(i for i in ids if i is not None)
+    iterator = iter(lm_dataset(rows, cfg.batch_size, cfg.seed, copy_fraction=d.copy_fraction,
+                               copy_high=first_special).to_iter_dataset())
     run = prepare_run_dir(out, "lm", cfg, overwrite)
     aux = start.cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
     loss_fn = next_token_loss(start.cfg, remat=cfg.remat, chunk=cfg.loss_chunk, aux_coef=aux)

@@ -78,3 +78,20 @@ def test_lm_rows_cover_the_stream_without_padding(workspace):
     parts = [lm_dataset(rows, 4, seed=0, process_index=p, process_count=2, shuffle=False)[0]["input_ids"]
              for p in (0, 1)]
     assert not set(map(bytes, parts[0])) & set(map(bytes, parts[1]))  # disjoint process shares
+
+
+def test_copy_rows_repeat_fresh_random_ids_deterministically():
+    rows = np.arange(200 * 33, dtype=np.int32).reshape(200, 33) % 500 + 600  # ids >= 600: never drawn by CopyRows
+    ds = lm_dataset(rows, 8, seed=3, process_index=0, process_count=1, copy_fraction=0.25, copy_high=500)
+    batches = [ds[k] for k in range(20)]
+    x = np.concatenate([np.concatenate([b["input_ids"], b["targets"][:, -1:]], axis=1) for b in batches])
+    copied = x.max(axis=1) < 500
+    assert 0.15 < copied.mean() < 0.35  # ~copy_fraction of the rows
+    for row in x[copied]:
+        np.testing.assert_array_equal(row[17:], row[:16])  # x ‖ x: 17 ids, then the same ids again (cut to 33)
+    assert len({bytes(r) for r in x[copied]}) == copied.sum()  # a fresh x every time
+    assert (x[~copied] >= 600).all()  # the other rows are the corpus rows, unchanged
+    again = lm_dataset(rows, 8, seed=3, process_index=0, process_count=1, copy_fraction=0.25, copy_high=500)
+    np.testing.assert_array_equal(again[7]["input_ids"], batches[7]["input_ids"])  # a function of the index
+    with pytest.raises(ValueError, match="needs copy_high"):
+        lm_dataset(rows, 8, seed=3, copy_fraction=0.5)
