@@ -1,7 +1,10 @@
-"""The learning figures of a GRPO run (issue 12 §4) from its metrics.jsonl: linear-fit slopes with 95% intervals
-and a PNG of the training curves, one panel per metric.
+"""The learning figures of GRPO runs (issue 12 §4, the ablations of issue 14 §2) from their metrics.jsonl:
+linear-fit slopes with 95% intervals and a PNG of the training curves, one panel per metric, the runs overlaid.
 
     python tools/grpo_report.py --run RUN [--out curves.png]
+    python tools/grpo_report.py --run gated=RUN_A linear=RUN_B ... [--steps N] [--out curves.png]
+
+`--steps N` keeps steps 1..N of each run (to compare a longer run's first N steps with shorter ablations).
 
 Slope: ordinary least squares of the metric on the step, with the 95% interval slope ± t(0.975, n−2)·SE; "rises"
 means the whole interval lies above 0 (falls: below 0).
@@ -42,19 +45,33 @@ def slope(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
             "first": float(y[0]), "last": float(y[-1]), "mean": float(y.mean()), "trend": trend}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--out")
-    args = ap.parse_args(argv)
-    data = rows(Path(args.run))
+def _named(spec: str) -> tuple[str, Path]:
+    name, sep, path = spec.partition("=")
+    return (name, Path(path)) if sep else (Path(spec).name, Path(spec))
+
+
+def slopes(data: list[dict]) -> dict[str, dict[str, float]]:
     report = {}
     for key in SLOPES:
         pts = [(r["step"], r[key]) for r in data if key in r]
         if len(pts) >= 3:
             x, y = map(np.asarray, zip(*pts))
             report[key] = slope(x.astype(float), y.astype(float))
-    print(json.dumps(report, indent=2))
+    return report
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", nargs="+", required=True, help="RUN directories, or NAME=RUN to label them")
+    ap.add_argument("--steps", type=int, help="keep steps 1..N of each run")
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    runs = {}
+    for name, path in map(_named, args.run):
+        data = rows(path)
+        runs[name] = [r for r in data if args.steps is None or r["step"] <= args.steps]
+    report = {name: slopes(data) for name, data in runs.items()}
+    print(json.dumps(report[next(iter(report))] if len(report) == 1 else report, indent=2))
     if args.out:
         import matplotlib
 
@@ -64,12 +81,15 @@ def main(argv=None) -> int:
         cols = 4
         fig, axes = plt.subplots(math.ceil(len(PANELS) / cols), cols, figsize=(4 * cols, 2.8 * 3), squeeze=False)
         for ax, key in zip(axes.flat, PANELS):
-            pts = [(r["step"], r[key]) for r in data if key in r]
-            if pts:
-                x, y = zip(*pts)
-                ax.plot(x, y, marker=".")
+            for name, data in runs.items():
+                pts = [(r["step"], r[key]) for r in data if key in r]
+                if pts:
+                    x, y = zip(*pts)
+                    ax.plot(x, y, marker=".", label=name)
             ax.set_title(key, fontsize=9)
             ax.set_xlabel("step", fontsize=8)
+        if len(runs) > 1:
+            axes.flat[0].legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(args.out, dpi=110)
         print(f"wrote {args.out}")
