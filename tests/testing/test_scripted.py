@@ -1,5 +1,6 @@
 """searchjax.testing.scripted.ScriptedDriver through the real agent loop: stops like the real driver (stop id,
-max_new_tokens, the cache), tool turns run the real search tool, log μ is the given constant."""
+max_new_tokens, the cache), tool turns run the real search tool, log μ is the given constant; `by_turn` plays a
+list of texts; `prompts` holds what each rollout was shown."""
 
 from __future__ import annotations
 
@@ -27,11 +28,14 @@ def tokenizer(tmp_path_factory):
     return train_tokenizer([str(root / "corpus.txt")], 600, str(root / "tokenizer.json"))
 
 
+def _item(budget=2):
+    return PromptItem.from_record({"id": "q1", "question": "What is the capital of France?", "answer": "Paris"}, budget)
+
+
 def _rollout(tokenizer, script, max_new=200, max_len=4096, logprob=0.0):
     driver = ScriptedDriver(tokenizer, script, max_len=max_len, logprob=logprob)
     agent = SearchAgent(driver, MemoryBackend(DOCS), AgentConfig(budget=2, max_new_tokens=max_new))
-    item = PromptItem.from_record({"id": "q1", "question": "What is the capital of France?", "answer": "Paris"}, 2)
-    (record,) = agent.rollouts([item], 1, jax.random.key(0))
+    (record,) = agent.rollouts([_item()], 1, jax.random.key(0))
     return record
 
 
@@ -55,3 +59,16 @@ def test_a_text_without_a_stop_repeats_until_max_new_tokens_or_the_cache(tokeniz
 def test_an_empty_script_is_an_error(tokenizer):
     with pytest.raises(ValueError, match="no text for turn 0"):
         _rollout(tokenizer, lambda rollout, turn: "")
+
+
+def test_by_turn_plays_its_last_text_on_and_prompts_are_what_each_rollout_was_shown(tokenizer):
+    driver = ScriptedDriver.by_turn(tokenizer, [CALL])
+    agent = SearchAgent(driver, MemoryBackend(DOCS), AgentConfig(budget=1, max_new_tokens=200))
+    records = agent.rollouts([_item(budget=1)], 2, jax.random.key(0))
+    # CALL at every turn: one search, a call past the budget (told), then one that ends the rollout.
+    assert [(r.finish_reason, r.tool_calls, [t["text"] for t in r.turns]) for r in records] == [
+        ("budget", 3, [CALL] * 3)] * 2
+    assert driver.prompts == [tokenizer.decode(agent.prompt_ids(_item(budget=1)))] * 2
+    for texts in ([], CALL):
+        with pytest.raises(ValueError, match="non-empty sequence of texts"):
+            ScriptedDriver.by_turn(tokenizer, texts)
