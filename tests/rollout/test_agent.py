@@ -1,14 +1,12 @@
 """The search agent: record schema, tool turns, budgets, malformed and never-stopping models, groups, reference.
 
-Most agent logic is driven by `ScriptedDriver`, a test double that plays given assistant texts token by token
-with the real tokenizer (so the harness, the parser, the template and the search tool are all real). The
-groups / reference / μ_infer tests use the real engine.
+Most agent logic is driven by `searchjax.testing.scripted.ScriptedDriver`, a test double that plays given
+assistant texts token by token with the real tokenizer (so the harness, the parser, the template and the search
+tool are all real). The groups / reference / μ_infer tests use the real engine.
 """
 
 import dataclasses
-import itertools
 import json
-import types
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +19,9 @@ from searchjax.rollout import (
     AgentConfig, PromptItem, RolloutDriver, Sampling, SearchAgent, read_jsonl, run_rollouts, to_arrays, write_jsonl,
 )
 from searchjax.rollout.agent import TOOLS
-from searchjax.rollout.driver import Completion
 from searchjax.rollout.sampling import SamplingArrays, sampling_logprobs
 from searchjax.search import MemoryBackend
+from searchjax.testing.scripted import ScriptedDriver
 
 DOCS = [
     {"title": "France", "url": "https://w.example/france", "text": "Paris is the capital of France."},
@@ -44,39 +42,9 @@ class CountingBackend(MemoryBackend):
         return super().search(query, k)
 
 
-class ScriptedDriver:
-    """Plays `script[turn]` for every rollout, stopping like the real driver (a stop id, then max_new_tokens,
-    then the cache: prompt + generation = max_len). A text without a stop token repeats: a model that never stops.
-    """
-
-    def __init__(self, tokenizer, script, max_len=4096):
-        self.tokenizer, self.script = tokenizer, script
-        self.engine = types.SimpleNamespace(max_len=max_len)
-        self.params, self.version = None, 0
-
-    def set_params(self, params):
-        self.params, self.version = params, self.version + 1
-
-    def run(self, requests, on_finish=None):
-        pending, done = list(requests), []
-        while pending:
-            r = pending.pop(0)
-            text = self.tokenizer.encode(self.script[min(r.tag.turns, len(self.script) - 1)])
-            ids, reason, token = [], None, None
-            for t in itertools.cycle(text):
-                ids.append(t)
-                if t in r.stop_token_ids:
-                    reason, token = "stop_token", t
-                elif len(ids) >= r.max_new_tokens:
-                    reason = "max_tokens"
-                elif len(r.prompt) + len(ids) >= self.engine.max_len:
-                    reason = "context"
-                if reason:
-                    break
-            c = Completion(r, np.asarray(ids, np.int32), np.full(len(ids), LOGP, np.float32), reason, token, 0.0, 0.0)
-            done.append(c)
-            pending += list(on_finish(c) or ()) if on_finish else []
-        return done
+def _scripted(tokenizer, texts, max_len=4096):
+    """The package's `ScriptedDriver` playing texts[turn] (the last one on), log μ = LOGP."""
+    return ScriptedDriver.by_turn(tokenizer, texts, max_len=max_len, logprob=LOGP)
 
 
 def _item(question="What is the capital of France?", budget=2):
@@ -85,7 +53,7 @@ def _item(question="What is the capital of France?", budget=2):
 
 def _run(tokenizer, script, budget=2, max_new=200, backend=None, driver=None):
     backend = backend or CountingBackend(DOCS)
-    agent = SearchAgent(driver or ScriptedDriver(tokenizer, script), backend, AgentConfig(budget, max_new))
+    agent = SearchAgent(driver or _scripted(tokenizer, script), backend, AgentConfig(budget, max_new))
     records = run_rollouts(agent, [_item(budget=budget)], 1, jax.random.key(0))
     assert len(records) == 1
     records[0].check()
@@ -177,7 +145,7 @@ def test_a_malformed_call_ending_the_turn_is_followed_by_exactly_one_im_end(toke
 def test_one_run_mixes_per_prompt_budgets(tokenizer):
     """Budgets 0, 1, 2 and None (AgentConfig.budget = 1) in one batch; the model calls three times, then answers."""
     backend = CountingBackend(DOCS)
-    agent = SearchAgent(ScriptedDriver(tokenizer, [CALL, CALL, CALL, ANSWER]), backend, AgentConfig(1, 400))
+    agent = SearchAgent(_scripted(tokenizer, [CALL, CALL, CALL, ANSWER]), backend, AgentConfig(1, 400))
     items = [PromptItem.from_record({"id": f"b{b}", "question": "Capital of France?"}, b) for b in (0, 1, 2)]
     items.append(PromptItem("default", items[1].messages))
     records = run_rollouts(agent, items, 1, jax.random.key(0))
@@ -212,7 +180,7 @@ def test_a_model_that_never_stops_gives_a_complete_record(tokenizer):
 
 def test_a_prompt_longer_than_the_cache_gives_a_context_record_not_an_error(tokenizer):
     backend = CountingBackend(DOCS)
-    agent = SearchAgent(ScriptedDriver(tokenizer, [ANSWER], max_len=64), backend, AgentConfig(2, 50))
+    agent = SearchAgent(_scripted(tokenizer, [ANSWER], max_len=64), backend, AgentConfig(2, 50))
     seen = []
     records = run_rollouts(agent, [_item()], 2, jax.random.key(0), on_record=seen.append)
     assert [r.finish_reason for r in records] == ["context", "context"] and seen == records
@@ -227,15 +195,15 @@ def test_a_prompt_longer_than_the_cache_gives_a_context_record_not_an_error(toke
     ([CALL, ANSWER], None, 1),  # the call is made, its tool response does not fit
 ])
 def test_context_records_fit_max_len(tokenizer, script, room, searched):
-    prompt = len(SearchAgent(ScriptedDriver(tokenizer, script), MemoryBackend(DOCS), AgentConfig()).prompt_ids(_item()))
+    prompt = len(SearchAgent(_scripted(tokenizer, script), MemoryBackend(DOCS), AgentConfig()).prompt_ids(_item()))
     max_len = prompt + (room or len(tokenizer.encode(CALL)) + 5)
-    record, backend, _ = _run(tokenizer, script, max_new=400, driver=ScriptedDriver(tokenizer, script, max_len))
+    record, backend, _ = _run(tokenizer, script, max_new=400, driver=_scripted(tokenizer, script, max_len))
     assert record.finish_reason == "context" and len(record.tokens) <= max_len and len(backend.queries) == searched
     assert len(record.tokens) == (max_len if room else prompt + len(tokenizer.encode(CALL)))
 
 
 def test_records_carry_sampling_key_version_and_a_readable_transcript(tokenizer, tmp_path):
-    driver = ScriptedDriver(tokenizer, [BAD, CALL, ANSWER])
+    driver = _scripted(tokenizer, [BAD, CALL, ANSWER])
     driver.version = 3
     sampling = Sampling(0.6, 0.9, 20)
     agent = SearchAgent(driver, CountingBackend(DOCS), AgentConfig(1, 400, sampling))
