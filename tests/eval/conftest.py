@@ -1,18 +1,16 @@
 """Fixtures for the evaluation tests: a small world with its index and multilingual / unanswerable questions, a
-tokenizer trained on its corpus, a tiny random policy saved in HF format, and `ScriptedDriver`, a test double
-for the rollout driver that plays given assistant texts with the real tokenizer (the agent, the parser, the
-search tool and the harness stay real)."""
+tokenizer trained on its corpus, a tiny random policy saved in HF format, and `searchjax.testing.scripted`'s
+`ScriptedDriver`, a test double for the rollout driver that plays given assistant texts with the real tokenizer
+(the agent, the parser, the search tool and the harness stay real)."""
 
 from __future__ import annotations
 
 import json
-import types
 
 import jax
-import numpy as np
 import pytest
 
-from searchjax.rollout.driver import Completion
+from searchjax.testing.scripted import ScriptedDriver
 
 
 @pytest.fixture(scope="session")
@@ -43,47 +41,12 @@ def tokenizer(world):
 @pytest.fixture(scope="session")
 def model_dir(world, tokenizer, tmp_path_factory):
     """The tiny preset, random weights, saved with its tokenizer (what `searchjax eval --model` reads)."""
-    import shutil
+    from searchjax.testing.workspace import tiny_policy
 
-    from searchjax.model import init_params, load_preset, save_hf
-
-    d = tmp_path_factory.mktemp("model")
-    cfg = load_preset("tiny").replace(vocab_size=tokenizer.vocab_size)
-    save_hf(d, init_params(cfg, jax.random.key(0)), cfg)
-    shutil.copyfile(world / "tokenizer.json", d / "tokenizer.json")
-    return d
-
-
-class ScriptedDriver:
-    """Plays `script[turn]` for every rollout and stops like the real driver (stop ids, then max_new_tokens); a
-    text without a stop token is repeated until max_new_tokens."""
-
-    def __init__(self, tokenizer, script, max_len=4096):
-        self.tokenizer, self.script = tokenizer, script
-        self.engine = types.SimpleNamespace(max_len=max_len)
-        self.params, self.version = None, 0
-        self.prompts: list[str] = []
-
-    def run(self, requests, on_finish=None):
-        pending, done = list(requests), []
-        while pending:
-            r = pending.pop(0)
-            if r.tag.turns == 0:
-                self.prompts.append(self.tokenizer.decode(r.prompt))
-            ids = self.tokenizer.encode(self.script[min(r.tag.turns, len(self.script) - 1)])
-            while len(ids) < r.max_new_tokens and not set(ids) & set(r.stop_token_ids):
-                ids = ids + ids  # a text without a stop token: a model that never stops
-            stop = next((k for k, t in enumerate(ids) if t in r.stop_token_ids), None)
-            if stop is not None and stop < r.max_new_tokens:
-                ids, reason, token = ids[: stop + 1], "stop_token", ids[stop]
-            else:
-                ids, reason, token = ids[: r.max_new_tokens], "max_tokens", None
-            c = Completion(r, np.asarray(ids, np.int32), np.zeros(len(ids), np.float32), reason, token, 0.0, 0.0)
-            done.append(c)
-            pending += list(on_finish(c) or ()) if on_finish else []
-        return done
+    return tiny_policy(tmp_path_factory.mktemp("model"), world / "tokenizer.json", jax.random.key(0))
 
 
 @pytest.fixture(scope="session")
 def scripted_driver():
-    return ScriptedDriver
+    """`scripted_driver(tokenizer, texts)`: the package's `ScriptedDriver` playing texts[turn] (the last one on)."""
+    return ScriptedDriver.by_turn
