@@ -43,7 +43,7 @@ install: $(STAMP)
 tpu-env: $(TPU_STAMP)
 
 demo: $(STAMP)
-	JAX_PLATFORMS=cpu $(VENV)/bin/searchjax demo --overwrite
+	JAX_PLATFORMS=cpu $(VENV)/bin/searchjax pipeline --config configs/pipeline/demo.yaml --out runs/demo
 
 # tests/model/test_aot_tpu.py runs tools/aot_tpu.py with SEARCHJAX_TPU_PYTHON; everything else runs in .venv.
 test: $(STAMP) $(TPU_STAMP)

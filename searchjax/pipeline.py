@@ -170,12 +170,13 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
                     "--reward-model", f"{o}/rm/run/final", "--prompts", f"{o}/qa/qa.jsonl",
                     f"{o}/rubric/rubric.jsonl", "--index", f"{o}/index/index"),
               reads=(cfg.grpo.config,), produces=("grpo/run/final",)),
-        Stage("eval", ("lm", "sft", "grpo", "heldout", "index"),
+        Stage("eval", ("lm", "sft", "rm", "grpo", "heldout", "index"),
               (*sj, "eval", "--model", f"start={o}/lm/run/final", "--model", f"sft={o}/sft/run/final", "--model",
                f"sft+rl={o}/grpo/run/final", "--index", f"{o}/index/index", "--questions",
                f"{o}/heldout/heldout.jsonl", "--budgets", cfg.eval_budgets, "--results", str(cfg.sft_results),
                "--max-new-tokens", str(cfg.eval_max_new_tokens), "--max-len", str(cfg.eval_max_len), "--slots",
-               str(cfg.eval_slots), "--seed", s, "--quiet", "--out", f"{o}/eval/eval"),
+               str(cfg.eval_slots), "--seed", s, "--baseline", "sft", "--reward-model", f"{o}/rm/run/final",
+               "--quiet", "--out", f"{o}/eval/eval"),
               produces=("eval/eval/summary.csv", "eval/eval/tool_efficiency.png")),
     ]
 
