@@ -287,7 +287,8 @@ class GRPOLoop:
         self.loss_fn = grpo_loss_fn(model_cfg, cfg.rewards, temperature=cfg.rollout.temperature,
                                     chunk=cfg.loss_chunk, aux_coef=aux, remat=cfg.remat)
         self.lr_fn = lr_schedule(cfg.optim, total)
-        self.old_logp = old_logprobs_fn(model_cfg, temperature=cfg.rollout.temperature, chunk=cfg.loss_chunk) \
+        self.old_logp = old_logprobs_fn(model_cfg, temperature=cfg.rollout.temperature, chunk=cfg.loss_chunk,
+                                        mesh=mesh) \
             if cfg.rewards.clip_eps is not None else None
         self.rewards = jax.jit(compute_rewards, static_argnames="cfg")
         self.root_key = jax.random.key(cfg.seed)

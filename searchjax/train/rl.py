@@ -35,6 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from searchjax.chat.template import render
 from searchjax.losses.grpo import policy_loss
@@ -46,6 +47,7 @@ from searchjax.rewards.config import RewardConfig
 from searchjax.rewards.rubrics import Judge, Rubric, passes_all
 from searchjax.rollout.agent import TOOLS, PromptItem
 from searchjax.rollout.records import RolloutRecord, to_arrays
+from searchjax.train.step import per_shard, shards_explicitly
 
 KINDS = ("qa", "rubric")
 TRAIN_KEYS = ("input_ids", "targets", "loss_mask", "logp_infer", "advantages", "lengths")
@@ -271,8 +273,9 @@ def grpo_loss_fn(model_cfg: ModelConfig, reward_cfg: RewardConfig, *, temperatur
     return loss_fn
 
 
-def old_logprobs_fn(model_cfg: ModelConfig, *, temperature: float, chunk: int = 4096):
-    """jit(params, batch) -> log π_old [B, W] (the behaviour policy of the PPO-clipped variant), no gradient."""
+def old_logprobs_fn(model_cfg: ModelConfig, *, temperature: float, chunk: int = 4096, mesh: Mesh | None = None):
+    """jit(params, batch) -> log π_old [B, W] (the behaviour policy of the PPO-clipped variant), no gradient; per
+    batch shard of `mesh` where the train step runs per shard too (`searchjax.train.step.shards_explicitly`)."""
     inv_t = 1.0 / float(temperature)
 
     def fn(params, batch):
@@ -283,4 +286,6 @@ def old_logprobs_fn(model_cfg: ModelConfig, *, temperature: float, chunk: int = 
                          token_logprobs(h.astype(jnp.float32) * inv_t, params.unembed, batch["targets"],
                                         chunk=chunk), 0.0)
 
+    if mesh is not None and shards_explicitly(mesh):
+        return jax.jit(lambda params, batch: per_shard(fn, mesh, batch["input_ids"].shape[0], True)(params, batch))
     return jax.jit(fn)

@@ -11,6 +11,11 @@ applies one optimizer update. Every other metric is reported as the same weighte
 the maximum over micro-batches); `weight` as the sum.
 The step also reports grad_norm (before clipping), update_norm, param_norm, lr and the global batch's counts
 (`batch_stats`).
+
+Across CPU processes the loss and its gradient run per batch shard (`sharded_accumulate`, see
+`shards_explicitly`): each shard is one more level of the same micro-batch sums, added over the shards, so a
+P-process step equals the 1-process step with P·k micro-batches (rows in process order). The parameters are
+gathered whole for that part of the step.
 """
 
 from __future__ import annotations
@@ -47,22 +52,24 @@ def _split(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
     return jax.tree.map(one, batch)
 
 
-def accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: jax.Array, micro_batches: int,
-               compute_dtype: str = "float32") -> tuple[Any, jax.Array, dict[str, jax.Array]]:
-    """(gradient, loss, metrics) of the whole batch through `micro_batches` sequential micro-batches (see module
-    docstring). Usable on its own (tests, benchmarks) or inside `make_train_step`."""
+def _sums(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: jax.Array, micro_batches: int,
+          compute_dtype: str) -> tuple[Any, jax.Array, jax.Array, dict[str, jax.Array]]:
+    """(Σ_k w_k ∇ℓ_k, Σ_k w_k ℓ_k, Σ_k w_k, metrics as Σ_k w_k m_k or, for *_max, max_k m_k) over the
+    micro-batches of `batch` (a scan when there are several)."""
 
     def weighted(p, mb, k):
         loss, metrics = loss_fn(cast_for_compute(p, compute_dtype), mb, k)
         w = jnp.asarray(metrics.get("weight", 1.0), jnp.float32)
         return loss * w, (loss, w, metrics)
 
+    def metric_sums(metrics, w):
+        v32 = {n: jnp.asarray(v, jnp.float32) for n, v in metrics.items() if n != "weight"}
+        return {n: v if _is_max(n) else v * w for n, v in v32.items()}
+
     grad_fn = jax.grad(weighted, has_aux=True)
     if micro_batches == 1:
         g, (loss, w, metrics) = grad_fn(params, batch, key)
-        scale = 1.0 / jnp.maximum(w, 1e-30)
-        metrics = {**metrics, "weight": w}
-        return jax.tree.map(lambda x: x * scale, g), loss, metrics
+        return g, loss * w, w, metric_sums(metrics, w)
 
     parts = _split(batch, micro_batches)
     keys = jax.random.split(key, micro_batches)
@@ -71,8 +78,7 @@ def accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: j
         g_acc, l_acc, w_acc, m_acc = carry
         mb, k = xs
         g, (loss, w, metrics) = grad_fn(params, mb, k)
-        v32 = {n: jnp.asarray(v, jnp.float32) for n, v in metrics.items() if n != "weight"}
-        m = {n: jnp.maximum(m_acc[n], v) if _is_max(n) else m_acc[n] + v * w for n, v in v32.items()}
+        m = {n: jnp.maximum(m_acc[n], v) if _is_max(n) else m_acc[n] + v for n, v in metric_sums(metrics, w).items()}
         g_acc = jax.tree.map(jnp.add, g_acc, g)
         return (g_acc, l_acc + loss * w, w_acc + w, m), None
 
@@ -82,11 +88,84 @@ def accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: j
     g0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32 if jnp.issubdtype(p.dtype, jnp.floating)
                                           else p.dtype), params)
     (g, l_sum, w_sum, m_sum), _ = jax.lax.scan(body, (g0, 0.0, 0.0, m0), (parts, keys))
+    return g, l_sum, w_sum, m_sum
+
+
+def _normalise(params: Any, g: Any, l_sum: jax.Array, w_sum: jax.Array,
+               m_sum: dict[str, jax.Array]) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    """(gradient, loss, metrics) from the weighted sums of `_sums`: each divided by Σ w (module docstring)."""
     scale = 1.0 / jnp.maximum(w_sum, 1e-30)
     grads = jax.tree.map(lambda x, p: (x * scale).astype(p.dtype), g, params)
     metrics = {n: v if _is_max(n) else v * scale for n, v in m_sum.items()}
     metrics["weight"] = w_sum
     return grads, l_sum * scale, metrics
+
+
+def accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: jax.Array, micro_batches: int,
+               compute_dtype: str = "float32") -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    """(gradient, loss, metrics) of the whole batch through `micro_batches` sequential micro-batches (see module
+    docstring). Usable on its own (tests, benchmarks) or inside `make_train_step`."""
+    return _normalise(params, *_sums(loss_fn, params, batch, key, micro_batches, compute_dtype))
+
+
+def shards_explicitly(mesh: Mesh) -> bool:
+    """Whether jitted functions over `mesh` run their per-row work one batch shard at a time (`per_shard`): on
+    CPU devices of several processes.
+
+    XLA:CPU orders a program's collectives by when each operation *starts*, and a control-flow operation
+    (conditional, while) has started once its body is under way. The partitioner, given a sharded batch, puts
+    collectives inside the model's control flow (the "block" MoE scheme's `lax.cond` and `fori_loop`s, the
+    vocabulary scan of `token_logprobs` over an fsdp-sharded unembedding), so a body's later collective, resumed
+    on a worker thread, races the next collective after it. Within one process that is
+    harmless (collectives meet by op id); across processes gloo pairs messages in arrival order, and one process
+    issuing them in the other order aborts the run ("op.preamble.length <= op.nbytes ... collective mismatch").
+    Per shard, the model sees only local rows and replicated parameters: no collective inside it at all.
+    """
+    devices = list(mesh.devices.flat)
+    return devices[0].platform == "cpu" and len({d.process_index for d in devices}) > 1
+
+
+def _row_axes(mesh: Mesh, rows: int) -> tuple[str, ...]:
+    """The mesh axes a batch of `rows` rows is split over (`batch_sharding`)."""
+    first = batch_sharding(mesh, (rows,)).spec[0]
+    return () if first is None else (first,) if isinstance(first, str) else tuple(first)
+
+
+def per_shard(fn: Callable[..., Any], mesh: Mesh, rows: int, out_rows: bool) -> Callable[..., Any]:
+    """`fn(params, batch, *rest)` run on each batch shard of `mesh` (`shard_map`): params and `rest` replicated
+    (gathered at the boundary), `batch` split by rows over the mesh's batch axes (`batch_sharding`); the output
+    split by rows again (`out_rows`) or replicated (fn then combines across those axes itself)."""
+    rows_spec = PartitionSpec(_row_axes(mesh, rows))
+    out = rows_spec if out_rows else PartitionSpec()
+
+    def wrapped(params, batch, *rest):
+        specs = (PartitionSpec(), jax.tree.map(lambda _: rows_spec, batch), *(PartitionSpec() for _ in rest))
+        # check_vma off: model code starts loop carries from replicated zeros that the shard's rows then vary.
+        return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=out, check_vma=False)(params, batch, *rest)
+
+    return wrapped
+
+
+def sharded_accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array], key: jax.Array, micro_batches: int,
+                       compute_dtype: str, mesh: Mesh) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    """`accumulate` with each batch shard of `mesh` as one more level of micro-batching: every shard sums its
+    own micro-batches (`_sums`, key folded with the shard index), the shards' sums are added (`psum`; *_max by
+    `pmax`), then divided by Σ w. Equal to `accumulate` over the rows in shard order with shards × micro_batches
+    micro-batches. Statistics that are not sums over rows (the router's load-balancing loss) are per shard, as they
+    are per micro-batch."""
+    rows = jax.tree.leaves(batch)[0].shape[0]
+    axes = _row_axes(mesh, rows)
+    if not axes:  # rows the mesh does not divide: one copy on every device
+        return accumulate(loss_fn, params, batch, key, micro_batches, compute_dtype)
+
+    def local(params, batch, key):
+        key = jax.random.fold_in(key, jax.lax.axis_index(axes))
+        g, l_sum, w_sum, m_sum = _sums(loss_fn, params, batch, key, micro_batches, compute_dtype)
+        g, l_sum, w_sum = jax.lax.psum((g, l_sum, w_sum), axes)
+        m_sum = {n: jax.lax.pmax(v, axes) if _is_max(n) else jax.lax.psum(v, axes) for n, v in m_sum.items()}
+        return g, l_sum, w_sum, m_sum
+
+    return _normalise(params, *per_shard(local, mesh, rows, out_rows=False)(params, batch, key))
 
 
 def _is_max(name: str) -> bool:
@@ -117,16 +196,25 @@ def make_train_step(
     lr_fn: optax.Schedule | None = None,
     state_shardings: TrainState | None = None,
     mesh: Mesh | None = None,
+    explicit_shards: bool | None = None,
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted step; the state argument is donated (its buffers are reused for the new state).
 
     With `state_shardings` and `mesh` the output state keeps exactly the input layout and metrics come back
-    replicated; the batch's sharding is taken from the arrays passed in (see `device_batch`).
+    replicated; the batch's sharding is taken from the arrays passed in (see `device_batch`). With a mesh, the
+    loss and its gradient run per batch shard (`sharded_accumulate`) when `explicit_shards` says so (None:
+    `shards_explicitly(mesh)`, i.e. across CPU processes), else the partitioner splits the whole step.
     """
 
+    shard = mesh is not None and (shards_explicitly(mesh) if explicit_shards is None else explicit_shards)
+
     def step(state: TrainState, batch: dict[str, jax.Array]):
-        grads, loss, metrics = accumulate(loss_fn, state.params, batch, step_key(state), micro_batches,
-                                          compute_dtype)
+        if shard:
+            grads, loss, metrics = sharded_accumulate(loss_fn, state.params, batch, step_key(state), micro_batches,
+                                                      compute_dtype, mesh)
+        else:
+            grads, loss, metrics = accumulate(loss_fn, state.params, batch, step_key(state), micro_batches,
+                                              compute_dtype)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         out = {**metrics, **batch_stats(batch), "loss": loss, "grad_norm": optax.global_norm(grads),
