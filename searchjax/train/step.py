@@ -119,7 +119,8 @@ def shards_explicitly(mesh: Mesh) -> bool:
     on a worker thread, races the next collective after it. Within one process that is
     harmless (collectives meet by op id); across processes gloo pairs messages in arrival order, and one process
     issuing them in the other order aborts the run ("op.preamble.length <= op.nbytes ... collective mismatch").
-    Per shard, the model sees only local rows and replicated parameters: no collective inside it at all.
+    Per shard, the model sees only local rows and replicated parameters: no collective inside it at all (devices
+    along a mesh axis the batch is not split over, e.g. tensor, repeat their shard's work).
     """
     devices = list(mesh.devices.flat)
     return devices[0].platform == "cpu" and len({d.process_index for d in devices}) > 1
