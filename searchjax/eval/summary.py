@@ -39,6 +39,9 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval of a binomial proportion k/n:
 
         centre = (p̂ + z²/2n) / (1 + z²/n),  half = z √(p̂(1−p̂)/n + z²/4n²) / (1 + z²/n).
+
+    At k = 0 the lower end is exactly 0 and at k = n the upper end exactly 1 (centre ∓ half is 0 or 1 in exact
+    arithmetic; in floating point it can miss by an ulp, e.g. 5.6e-17 for 0/40).
     """
     if not 0 <= k <= n or n == 0:
         raise ValueError(f"wilson_interval: need 0 <= k <= n and n > 0, got k={k}, n={n}")
@@ -46,7 +49,9 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if k == 0 else max(0.0, centre - half)
+    hi = 1.0 if k == n else min(1.0, centre + half)
+    return lo, hi
 
 
 def _groups(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:

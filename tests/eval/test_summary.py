@@ -31,6 +31,8 @@ def test_wilson_interval_matches_the_closed_form():
     lo, hi = wilson_interval(8, 10)
     assert (lo, hi) == pytest.approx((0.4902, 0.9433), abs=1e-4)  # the textbook 95% Wilson interval of 8/10
     assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    for n in range(1, 201):  # exact ends, not an ulp off (0/40 gave 5.6e-17 before)
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
     with pytest.raises(ValueError):
         wilson_interval(3, 2)
 

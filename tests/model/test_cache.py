@@ -144,6 +144,7 @@ def test_remat_gradients_and_hidden_states(model):
     np.testing.assert_allclose(unembed(params, h), forward(params, tokens, cfg), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_scan_and_unrolled_layer_loops_agree(model):
     """layer_loop "scan" and "unroll" compute the same logits, gradients (with and without remat) and cache."""
     cfg, params = model
