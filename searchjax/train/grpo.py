@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from searchjax.atomic import atomic_write_text
-from searchjax.config import to_dict
+from searchjax.config import ConfigError, to_dict
 from searchjax.data.jsonl import DataError
 from searchjax.data.pipeline import PipelineConfig, SourceConfig, load_source, mixed_records
 from searchjax.rewards.aggregate import RolloutRecords, compute_rewards
@@ -508,6 +508,16 @@ class Prepared:
     start: Any
 
 
+def check_process_split(cfg: GRPOConfig, processes: int) -> None:
+    """Each optimizer step takes N·G / minibatches rollouts, split evenly over the processes (each trains its
+    share): a remainder would silently drop rollouts, so it is refused before anything is loaded."""
+    size = cfg.batch_size * cfg.rollout.group_size // cfg.minibatches
+    if size % processes:
+        raise ConfigError(f"grpo: a minibatch holds batch_size · rollout.group_size / minibatches = "
+                          f"{cfg.batch_size} · {cfg.rollout.group_size} / {cfg.minibatches} = {size} rollouts, "
+                          f"not a multiple of the {processes} processes")
+
+
 def prepare_grpo(cfg: GRPOConfig, policy: str | Path, reference: str | Path, reward_model: str | Path, backend,
                  out: str | Path, overwrite: bool = False) -> Prepared:
     """Everything `run_grpo` trains with (inputs checked first, then models loaded, the run directory prepared
@@ -515,6 +525,7 @@ def prepare_grpo(cfg: GRPOConfig, policy: str | Path, reference: str | Path, rew
     from searchjax.train.causal import start_model
 
     records = load_prompts(cfg)  # bad rows fail here, before any model is loaded
+    check_process_split(cfg, jax.process_count())
     for path, flag in ((reference, "--reference"), (reward_model, "--reward-model")):
         if not (Path(path) / "config.json").is_file() or not (Path(path) / "tokenizer.json").is_file():
             raise DataError(f"{flag} {path}: not a checkpoint directory (config.json and tokenizer.json expected)")

@@ -130,6 +130,17 @@ def test_config_refuses_what_rl_cannot_train(override, message):
         load_train_config(GRPOConfig, CONFIG, [override])
 
 
+def test_a_minibatch_that_does_not_split_over_the_processes_is_refused():
+    """N·G / minibatches rollouts per optimizer step, split over the processes: a remainder is an error naming the
+    sizes (it used to drop rollouts silently)."""
+    from searchjax.train.grpo import check_process_split
+
+    cfg = load_train_config(GRPOConfig, CONFIG, ["batch_size=3", "rollout.group_size=2", "optim.micro_batches=1"])
+    check_process_split(cfg, 2)  # 6 rollouts over 2 processes
+    with pytest.raises(ConfigError, match=r"3 · 2 / 1 = 6 rollouts, not a multiple of the 4 processes"):
+        check_process_split(cfg, 4)
+
+
 def _switch(cfg: RewardConfig, batch: RolloutRecords):
     return compute_rewards(batch, cfg, jax.random.key(0))
 
