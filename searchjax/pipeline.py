@@ -184,6 +184,12 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
 STAGE_NAMES = tuple(st.name for st in stages(RecipeConfig()))
 
 
+def stage_outputs(out: str | Path) -> dict[str, Path]:
+    """Each stage's main output under `out` (its first declared product): what a later tool opens, e.g.
+    stage_outputs(out)["sft"] is the SFT policy."""
+    return {st.name: Path(out) / st.produces[0] for st in stages(RecipeConfig()) if st.produces}
+
+
 def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -41,11 +41,11 @@ class Workspace:
 
 def pipeline_workspace(out: str | Path) -> Workspace:
     """The workspace of a `searchjax pipeline --out OUT` directory; FileNotFoundError listing what is missing."""
-    out = Path(out)
-    sft = out / "sft" / "run" / "final"
-    ws = Workspace(policy=sft, reference=sft, reward_model=out / "rm" / "run" / "final", index=out / "index" / "index",
-                   prompts=(out / "qa" / "qa.jsonl", out / "rubric" / "rubric.jsonl"),
-                   questions=out / "heldout" / "heldout.jsonl", trained=out / "grpo" / "run" / "final")
+    from searchjax.pipeline import stage_outputs
+
+    p = stage_outputs(out)
+    ws = Workspace(policy=p["sft"], reference=p["sft"], reward_model=p["rm"], index=p["index"],
+                   prompts=(p["qa"], p["rubric"]), questions=p["heldout"], trained=p["grpo"])
     if not ws.trained.exists():
         ws = dataclasses.replace(ws, trained=None)
     missing = ws.missing()
