@@ -85,7 +85,8 @@ class RecipeConfig:
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One step: its name, the stages it reads, the argv (paths inside OUT as "{OUT}/..."), the config files it
-    reads, what it produces (checked after the run) and, instead of a command, an in-process function."""
+    reads, what it produces (checked after the run) and, instead of a command, an in-process function with the
+    recipe fields it uses (`params`, hashed in place of the argv)."""
 
     name: str
     after: tuple[str, ...]
@@ -93,6 +94,7 @@ class Stage:
     reads: tuple[str, ...] = ()
     produces: tuple[str, ...] = ()
     run: Callable[[Path], None] | None = None
+    params: tuple[tuple[str, Any], ...] = ()
 
 
 def repo_root() -> Path:
@@ -152,7 +154,7 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
               produces=("preferences/preferences.jsonl",)),
         Stage("heldout", ("qa",), produces=("heldout/heldout.jsonl",),
               run=lambda out: heldout_questions(out / "qa" / "qa.jsonl", out / "heldout" / "heldout.jsonl",
-                                                cfg.eval_questions)),
+                                                cfg.eval_questions), params=(("eval_questions", cfg.eval_questions),)),
         Stage("base_init", ("tokenizer",), (*sj, "model", "init", "--preset", cfg.preset, "--seed", s, "--tokenizer",
                                             f"{o}/tokenizer/tokenizer.json", "--out", f"{o}/base_init/model"),
               produces=("base_init/model",)),
@@ -194,11 +196,13 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def stage_hash(stage: Stage, upstream: dict[str, str], cfg: RecipeConfig) -> str:
-    """The stage's hash (module docstring); an in-process stage hashes its name and the recipe config instead of
-    an argv."""
+def stage_hash(stage: Stage, upstream: dict[str, str]) -> str:
+    """The stage's hash (module docstring): paths inside the repository are hashed relative to it (the files'
+    bytes are in `reads`), so the hash does not depend on where the repository is checked out."""
     h = hashlib.sha256()
-    body = {"name": stage.name, "argv": list(stage.argv) or dataclasses.asdict(cfg),
+    root = str(repo_root())
+    argv = [a.replace(root, "{REPO}") for a in stage.argv]
+    body = {"name": stage.name, "argv": argv or [list(p) for p in stage.params],
             "reads": {r: _file_digest(Path(_config_path(r))) for r in stage.reads},
             "after": {a: upstream[a] for a in stage.after}}
     h.update(json.dumps(body, sort_keys=True, default=str).encode())
@@ -230,7 +234,7 @@ def run_pipeline(cfg: RecipeConfig, out: str | Path, *, until: str | None = None
     hashes: dict[str, str] = {}
     report: dict[str, Any] = {}
     for stage in stages(cfg):
-        h = stage_hash(stage, hashes, cfg)
+        h = stage_hash(stage, hashes)
         hashes[stage.name] = h
         d = out / stage.name
         outputs_there = all((out / p).exists() for p in stage.produces)

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from searchjax.pipeline import RecipeConfig, StageError, load_recipe, run_pipeline, stages
+from searchjax import pipeline
+from searchjax.pipeline import RecipeConfig, StageError, load_recipe, run_pipeline, stage_hash, stages
 from searchjax.config import configs_dir
 
 
@@ -58,3 +59,30 @@ def test_the_pipeline_configs_load_and_chain_every_stage():
         assert names[0] == "world" and names[-1] == "eval"
         for s in stages(cfg):
             assert all(a in names[: names.index(s.name)] for a in s.after), s.name
+
+
+def _hashes(cfg):
+    hashes = {}
+    for st in stages(cfg):
+        hashes[st.name] = stage_hash(st, hashes)
+    return hashes
+
+
+def test_hashes_do_not_depend_on_where_the_repository_is(monkeypatch, tmp_path):
+    """The argv holds absolute paths of the config files; a clone elsewhere must still skip what is done."""
+    here = _hashes(RecipeConfig())
+    clone = tmp_path / "elsewhere" / "searchjax"
+    for st in stages(RecipeConfig()):
+        for rel in st.reads:  # the same config files, at the clone's location
+            (clone / rel).parent.mkdir(parents=True, exist_ok=True)
+            (clone / rel).write_bytes((pipeline.repo_root() / rel).read_bytes())
+    monkeypatch.setattr(pipeline, "repo_root", lambda: clone)
+    assert any(str(clone) in a for st in stages(RecipeConfig()) for a in st.argv)  # the paths did move
+    assert _hashes(RecipeConfig()) == here
+
+
+def test_the_in_process_stage_hashes_only_the_fields_it_uses():
+    base = _hashes(RecipeConfig())
+    assert _hashes(RecipeConfig(eval_slots=3))["heldout"] == base["heldout"]  # only eval reads eval_slots
+    assert _hashes(RecipeConfig(eval_slots=3))["eval"] != base["eval"]
+    assert _hashes(RecipeConfig(eval_questions=3))["heldout"] != base["heldout"]
