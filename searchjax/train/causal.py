@@ -30,7 +30,7 @@ from searchjax.model import ModelConfig, abstract_params, load_hf, param_shardin
 from searchjax.model.hf import CheckpointError
 from searchjax.model.transformer import hidden_states
 from searchjax.train.flops import model_flops
-from searchjax.train.step import device_batch
+from searchjax.train.step import device_batch, eval_fn
 
 BATCH_KEYS = ("input_ids", "targets", "loss_mask", "lengths")
 
@@ -91,15 +91,18 @@ def make_evaluator(loss_fn, batches: Callable[[], Iterable[dict[str, Any]]], mes
     """evaluate(state) -> {prefix/loss, prefix/nll, prefix/ppl, prefix/tokens}: the token-weighted mean loss over
     the batches `batches()` yields (a fresh, deterministic pass each time); {} with a warning when they hold no
     trained token."""
-    jitted = jax.jit(lambda p, b: loss_fn(p, b, None))
+    def sums(params, batch):  # Σ w·loss, Σ w·nll, Σ w over the batch (its token-mean loss times its tokens)
+        loss, m = loss_fn(params, batch, None)
+        return loss * m["weight"], m["nll"] * m["weight"], m["weight"]
+
+    jitted = eval_fn(sums, mesh, combine="sum")
     warned: list[bool] = []
 
     def evaluate(state) -> dict[str, float]:
         num = den = nll_num = 0.0
         for batch in batches():
-            loss, m = jitted(state.params, device_batch({k: batch[k] for k in BATCH_KEYS}, mesh))
-            w = float(m["weight"])
-            num, nll_num, den = num + float(loss) * w, nll_num + float(m["nll"]) * w, den + w
+            loss_w, nll_w, w = jitted(state.params, device_batch({k: batch[k] for k in BATCH_KEYS}, mesh))
+            num, nll_num, den = num + float(loss_w), nll_num + float(nll_w), den + float(w)
         if den == 0:  # e.g. max_len cut every dev example before its assistant turns: nothing to report
             if not warned:
                 warned.append(True)

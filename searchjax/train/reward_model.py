@@ -39,7 +39,6 @@ import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
 from searchjax.data.jsonl import DataError
 from searchjax.data.pipeline import EpochShuffle
@@ -64,7 +63,7 @@ from searchjax.train.config import TrainConfig
 from searchjax.train.flops import model_flops
 from searchjax.train.rundir import prepare_run_dir
 from searchjax.train.runner import Supervised, host_prepare, run_mesh, run_supervised
-from searchjax.train.step import device_batch
+from searchjax.train.step import device_batch, eval_fn
 
 BATCH_KEYS = ("tokens", "lengths", "label", "freeze")
 
@@ -279,8 +278,7 @@ def make_rm_evaluator(scorer: Scorer, dev: Sequence[dict[str, Any]], batch_pairs
     prefix/accuracy/<category>, prefix/pairs}: every dev pair once (both orders, one forward), in length-sorted
     batches of `batch_pairs` (the last one padded with repeats of its first pair, which are dropped)."""
     # Replicated outputs: every process reads the whole [B] result (each passes the same dev rows).
-    rep = NamedSharding(mesh, PartitionSpec())
-    jitted = jax.jit(lambda p, t, n: pair_deltas(p, scorer, t, n)[0], out_shardings=(rep, rep))
+    jitted = eval_fn(lambda p, b: pair_deltas(p, scorer, b["tokens"], b["lengths"])[0], mesh, combine="rows")
     buckets = sorted(buckets)
     order = sorted(range(len(dev)), key=lambda i: max(len(r) for r in dev[i]["rows"]))
     batches = []
@@ -294,7 +292,7 @@ def make_rm_evaluator(scorer: Scorer, dev: Sequence[dict[str, Any]], batch_pairs
         d_ab = np.zeros(len(dev), np.float32)
         d_ba = np.zeros(len(dev), np.float32)
         for idx, batch in batches:
-            a, b = jitted(state.params, *device_batch({k: batch[k] for k in ("tokens", "lengths")}, mesh).values())
+            a, b = jitted(state.params, device_batch({k: batch[k] for k in ("tokens", "lengths")}, mesh))
             d_ab[idx], d_ba[idx] = np.asarray(a)[: len(idx)], np.asarray(b)[: len(idx)]
         label = np.array([p["label"] for p in dev], np.float32)
         out = {f"{prefix}/{k}": float(v) for k, v in pair_metrics(d_ab, d_ba, label).items()}

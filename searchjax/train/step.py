@@ -15,7 +15,7 @@ The step also reports grad_norm (before clipping), update_norm, param_norm, lr a
 Across CPU processes the loss and its gradient run per batch shard (`sharded_accumulate`, see
 `shards_explicitly`): each shard is one more level of the same micro-batch sums, added over the shards, so a
 P-process step equals the 1-process step with P·k micro-batches (rows in process order). The parameters are
-gathered whole for that part of the step.
+gathered whole for that part of the step. `eval_fn` does the same for the dev evaluations (a forward only).
 """
 
 from __future__ import annotations
@@ -167,6 +167,43 @@ def sharded_accumulate(loss_fn: LossFn, params: Any, batch: dict[str, jax.Array]
         return g, l_sum, w_sum, m_sum
 
     return _normalise(params, *per_shard(local, mesh, rows, out_rows=False)(params, batch, key))
+
+
+def eval_fn(fn: Callable[[Any, dict[str, jax.Array]], Any], mesh: Mesh | None, *, combine: str,
+            explicit_shards: bool | None = None) -> Callable[[Any, dict[str, jax.Array]], Any]:
+    """`fn(params, batch)` jitted for evaluation, its outputs replicated (every process reads all of them).
+
+    combine="sum": fn returns sums over the batch's rows (any pytree); combine="rows": fn returns per-row arrays
+    [B, ...]. On a mesh that `shards_explicitly` (None: decided by the mesh, as in `make_train_step`) fn runs on
+    each batch shard (`per_shard`, no collective inside the model) and the shards' sums are added (`psum`), or
+    their rows concatenated in row order; otherwise the partitioner splits the whole call.
+    """
+    if combine not in ("sum", "rows"):
+        raise ValueError(f"eval_fn: combine must be 'sum' or 'rows', got {combine!r}")
+    rep = None if mesh is None else NamedSharding(mesh, PartitionSpec())
+    plain = jax.jit(fn) if rep is None else jax.jit(fn, out_shardings=rep)
+    if mesh is None or not (shards_explicitly(mesh) if explicit_shards is None else explicit_shards):
+        return plain
+    compiled: dict[int, Callable] = {}
+
+    def for_rows(rows: int):
+        """The jitted function for batches of `rows` rows (built once per row count)."""
+        if rows not in compiled:
+            axes = _row_axes(mesh, rows)
+            if not axes:  # rows the mesh does not divide: one copy everywhere
+                compiled[rows] = plain
+            elif combine == "sum":
+                local = per_shard(lambda p, b: jax.lax.psum(fn(p, b), axes), mesh, rows, out_rows=False)
+                compiled[rows] = jax.jit(local, out_shardings=rep)
+            else:
+                compiled[rows] = jax.jit(per_shard(fn, mesh, rows, out_rows=True), out_shardings=rep)
+        return compiled[rows]
+
+    def call(params, batch):
+        return for_rows(jax.tree.leaves(batch)[0].shape[0])(params, batch)
+
+    call.for_rows = for_rows
+    return call
 
 
 def _is_max(name: str) -> bool:

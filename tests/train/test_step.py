@@ -122,3 +122,34 @@ def test_create_state_does_not_alias_the_callers_params():
     fresh = create_state(params, make_optimizer(OptimConfig(), 10), 0, mesh, jax.tree.map(lambda x: x.sharding, params))
     fresh, _ = step(fresh, device_batch(_batch(2, 16, cfg.vocab_size), mesh))
     assert not params.embed.is_deleted()  # the donated step consumed the state's copy, not the caller's arrays
+
+
+def test_eval_fn_per_shard_equals_the_partitioned_call_without_collectives_in_control_flow():
+    """The dev evaluations across CPU processes (`eval_fn`): per batch shard, sums added and rows concatenated,
+    equal to the partitioner's split of the same call on 2 devices, with no collective inside the model's
+    control flow (what XLA:CPU would start out of order across processes)."""
+    from searchjax.model import forward, init_params, load_preset
+    from searchjax.train.step import eval_fn
+    from tests.train.test_multihost_grpo import collectives_in_control_flow
+
+    cfg = load_preset("tiny").replace(num_hidden_layers=2, layer_types=("linear_attention", "full_attention"))
+    mesh = make_mesh({"fsdp": 2}, devices=jax.devices()[:2])
+    params = jax.device_put(init_params(cfg, jax.random.key(0)), param_shardings(cfg, mesh))
+    batch = device_batch(_batch(8, 32, cfg.vocab_size), mesh)
+    loss_fn = next_token_loss(cfg, remat=False, chunk=64, aux_coef=0.0)
+
+    def sums(p, b):
+        loss, m = loss_fn(p, b, None)
+        return loss * m["weight"], m["weight"]
+
+    def rows(p, b):
+        return forward(p, b["input_ids"], cfg)[:, -1].max(-1)
+
+    for fn, combine in ((sums, "sum"), (rows, "rows")):
+        plain = eval_fn(fn, mesh, combine=combine, explicit_shards=False)
+        shard = eval_fn(fn, mesh, combine=combine, explicit_shards=True)
+        assert collectives_in_control_flow(shard.for_rows(8).lower(params, batch).compile().as_text()) == 0
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), shard(params, batch),
+                     plain(params, batch))
+    with pytest.raises(ValueError, match="combine"):
+        eval_fn(sums, mesh, combine="mean")
