@@ -13,6 +13,11 @@ stages before it intact. After a stage succeeds its directory gets `stage.json`:
 A stage whose `stage.json` holds the hash it would have now is skipped; any other is removed and run again, and
 since each hash folds in its inputs' hashes, a changed config reruns that stage and every stage after it.
 `--force STAGE` reruns that stage even when unchanged (its hash stays the same, so the stages after it are kept).
+
+A stage that was started but did not finish (killed, out of memory, a failure) is run again on the next start.
+The training and evaluation stages resume where they stopped (their commands resume a run directory: the newest
+checkpoint, the finished trajectories) when `attempt.json` in the stage's directory holds the hash the stage has
+now; every other stage, and any stage whose hash changed or that is forced, starts from an empty directory.
 `--until STAGE` stops after it. At the end the summary prints the evaluation table and the paths of the plots and
 of the tensorboard logs (`tensorboard --logdir OUT`).
 """
@@ -35,6 +40,7 @@ from searchjax.atomic import atomic_write_text
 from searchjax.config import load_yaml
 
 STAGE_FILE = "stage.json"
+ATTEMPT_FILE = "attempt.json"
 
 
 class StageError(ValueError):
@@ -86,7 +92,8 @@ class RecipeConfig:
 class Stage:
     """One step: its name, the stages it reads, the argv (paths inside OUT as "{OUT}/..."), the config files it
     reads, what it produces (checked after the run) and, instead of a command, an in-process function with the
-    recipe fields it uses (`params`, hashed in place of the argv)."""
+    recipe fields it uses (`params`, hashed in place of the argv). `resumable`: its command continues an
+    interrupted run in the same directory (module docstring)."""
 
     name: str
     after: tuple[str, ...]
@@ -95,6 +102,7 @@ class Stage:
     produces: tuple[str, ...] = ()
     run: Callable[[Path], None] | None = None
     params: tuple[tuple[str, Any], ...] = ()
+    resumable: bool = False
 
 
 def repo_root() -> Path:
@@ -160,18 +168,18 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
               produces=("base_init/model",)),
         Stage("lm", ("base_init", "world"), train("lm", cfg.lm, "--model", f"{o}/base_init/model", "--data",
                                                   f"{o}/world/world/corpus.jsonl"),
-              reads=(cfg.lm.config,), produces=("lm/run/final",)),
+              reads=(cfg.lm.config,), produces=("lm/run/final",), resumable=True),
         Stage("sft", ("lm", "sft_data"), train("sft", cfg.sft, "--model", f"{o}/lm/run/final", "--data",
                                                f"{o}/sft_data/sft.jsonl"),
-              reads=(cfg.sft.config,), produces=("sft/run/final",)),
+              reads=(cfg.sft.config,), produces=("sft/run/final",), resumable=True),
         Stage("rm", ("sft", "preferences"), train("rm", cfg.rm, "--model", f"{o}/sft/run/final", "--data",
                                                   f"{o}/preferences/preferences.jsonl"),
-              reads=(cfg.rm.config,), produces=("rm/run/final",)),
+              reads=(cfg.rm.config,), produces=("rm/run/final",), resumable=True),
         Stage("grpo", ("sft", "rm", "qa", "rubric", "index"),
               train("grpo", cfg.grpo, "--policy", f"{o}/sft/run/final", "--reference", f"{o}/sft/run/final",
                     "--reward-model", f"{o}/rm/run/final", "--prompts", f"{o}/qa/qa.jsonl",
                     f"{o}/rubric/rubric.jsonl", "--index", f"{o}/index/index"),
-              reads=(cfg.grpo.config,), produces=("grpo/run/final",)),
+              reads=(cfg.grpo.config,), produces=("grpo/run/final",), resumable=True),
         Stage("eval", ("lm", "sft", "rm", "grpo", "heldout", "index"),
               (*sj, "eval", "--model", f"start={o}/lm/run/final", "--model", f"sft={o}/sft/run/final", "--model",
                f"sft+rl={o}/grpo/run/final", "--index", f"{o}/index/index", "--questions",
@@ -179,7 +187,7 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
                "--max-new-tokens", str(cfg.eval_max_new_tokens), "--max-len", str(cfg.eval_max_len), "--slots",
                str(cfg.eval_slots), "--seed", s, "--baseline", "sft", "--reward-model", f"{o}/rm/run/final",
                "--quiet", "--out", f"{o}/eval/eval"),
-              produces=("eval/eval/summary.csv", "eval/eval/tool_efficiency.png")),
+              produces=("eval/eval/summary.csv", "eval/eval/tool_efficiency.png"), resumable=True),
     ]
 
 
@@ -209,8 +217,8 @@ def stage_hash(stage: Stage, upstream: dict[str, str]) -> str:
     return h.hexdigest()
 
 
-def _done_hash(out: Path, name: str) -> str | None:
-    marker = out / name / STAGE_FILE
+def _done_hash(out: Path, name: str, marker: str = STAGE_FILE) -> str | None:
+    marker = out / name / marker
     try:
         return json.loads(marker.read_text())["hash"]
     except (OSError, ValueError, KeyError):
@@ -224,7 +232,8 @@ def _argv(stage: Stage, out: Path) -> list[str]:
 
 def run_pipeline(cfg: RecipeConfig, out: str | Path, *, until: str | None = None, force: tuple[str, ...] = (),
                  log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or skip) every stage up to `until`; returns {stage: {"status": "ran" | "skipped", "s": seconds}}."""
+    """Run (or skip) every stage up to `until`; returns {stage: {"status": "ran" | "resumed" | "skipped", "s":
+    seconds}}."""
     out = Path(out).absolute()
     names = [st.name for st in stages(cfg)]
     for name in (until, *force):
@@ -242,16 +251,22 @@ def run_pipeline(cfg: RecipeConfig, out: str | Path, *, until: str | None = None
             report[stage.name] = {"status": "skipped"}
             log(f"[{stage.name}] unchanged, skipped")
         else:
-            if d.exists():
-                shutil.rmtree(d)
-            d.mkdir(parents=True)
-            log(f"[{stage.name}] running")
+            resume = stage.resumable and stage.name not in force and _done_hash(out, stage.name, ATTEMPT_FILE) == h
+            if resume:
+                log(f"[{stage.name}] resuming its interrupted run")
+            else:
+                if d.exists():
+                    shutil.rmtree(d)
+                d.mkdir(parents=True)
+                if stage.resumable:
+                    atomic_write_text(d / ATTEMPT_FILE, json.dumps({"hash": h}) + "\n")
+                log(f"[{stage.name}] running")
             t0 = time.perf_counter()
             if stage.run is not None:
                 stage.run(out)
             else:
                 env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-                with open(d / "log.txt", "w") as logf:
+                with open(d / "log.txt", "a" if resume else "w") as logf:
                     r = subprocess.run(_argv(stage, out), stdout=logf, stderr=subprocess.STDOUT, env=env)
                 if r.returncode != 0:
                     lines = [x for x in (d / "log.txt").read_text().splitlines() if x.strip()]
@@ -263,7 +278,8 @@ def run_pipeline(cfg: RecipeConfig, out: str | Path, *, until: str | None = None
             seconds = time.perf_counter() - t0
             atomic_write_text(d / STAGE_FILE, json.dumps({"hash": h, "argv": list(stage.argv),
                                                           "seconds": round(seconds, 1)}, indent=1) + "\n")
-            report[stage.name] = {"status": "ran", "s": round(seconds, 1)}
+            (d / ATTEMPT_FILE).unlink(missing_ok=True)
+            report[stage.name] = {"status": "resumed" if resume else "ran", "s": round(seconds, 1)}
             log(f"[{stage.name}] done in {seconds:.0f} s")
         if stage.name == until:
             break

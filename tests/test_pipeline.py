@@ -86,3 +86,42 @@ def test_the_in_process_stage_hashes_only_the_fields_it_uses():
     assert _hashes(RecipeConfig(eval_slots=3))["heldout"] == base["heldout"]  # only eval reads eval_slots
     assert _hashes(RecipeConfig(eval_slots=3))["eval"] != base["eval"]
     assert _hashes(RecipeConfig(eval_questions=3))["heldout"] != base["heldout"]
+
+
+def test_an_interrupted_resumable_stage_resumes_and_any_other_starts_afresh(monkeypatch, tmp_path):
+    """A stage killed half-way runs again on the next start: a resumable one (training, evaluation) in the
+    directory it left, so its command continues from its checkpoints; a changed hash or a plain stage starts from
+    an empty directory."""
+    calls, failed = [], []
+
+    def work(name, fail_once):
+        def run(out):
+            d = out / name
+            calls.append((name, sorted(p.name for p in d.iterdir())))
+            (d / "partial").write_text("progress")
+            if fail_once and not failed:
+                failed.append(name)
+                raise RuntimeError("killed")
+            (d / "done").write_text("ok")
+        return run
+
+    def fake_stages(cfg):
+        return [pipeline.Stage("plain", (), produces=("plain/done",), run=work("plain", False),
+                               params=(("n", cfg.questions),)),
+                pipeline.Stage("train", ("plain",), produces=("train/done",), run=work("train", True),
+                               params=(("n", cfg.eval_slots),), resumable=True)]
+
+    monkeypatch.setattr(pipeline, "stages", fake_stages)
+    cfg = RecipeConfig()
+    with pytest.raises(RuntimeError):
+        run_pipeline(cfg, tmp_path, log=lambda _: None)
+    assert calls == [("plain", []), ("train", ["attempt.json"])]
+    assert _statuses(run_pipeline(cfg, tmp_path, log=lambda _: None)) == {"plain": "skipped", "train": "resumed"}
+    assert calls[-1] == ("train", ["attempt.json", "partial"])  # the interrupted run's files kept
+    assert not (tmp_path / "train" / "attempt.json").exists() and (tmp_path / "train" / "stage.json").exists()
+
+    calls.clear()
+    (tmp_path / "train" / "stage.json").unlink()  # interrupted again, and now with another config
+    (tmp_path / "train" / "attempt.json").write_text(json.dumps({"hash": "another"}))
+    assert _statuses(run_pipeline(cfg, tmp_path, log=lambda _: None))["train"] == "ran"
+    assert calls == [("train", ["attempt.json"])]  # started from an empty directory
