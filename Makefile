@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Two pytest-xdist workers, whole files per worker (module fixtures are built once): most of the suite's time is
 # XLA compiling, one core per compile, so two workers use both cores of the CI machine. PYTEST_WORKERS=0: one process.
+# --no-loadscope-reorder: files are handed out in collection order, where tests/conftest.py puts the files with a
+# slow test first (xdist's default hands out the files with the most tests first: the one-test demo recipe last).
 PYTEST_WORKERS ?= 2
 # tools/aot_tpu.py (and its test) compile for TPU topologies on a CPU machine and need libtpu. With libtpu
 # installed every plain `import jax` probes for a TPU (errors and a ~4 s wait), so it is kept out of .venv: it
@@ -51,7 +53,7 @@ demo: $(STAMP)
 # tests/model/test_aot_tpu.py runs tools/aot_tpu.py with SEARCHJAX_TPU_PYTHON; everything else runs in .venv.
 test: $(STAMP) $(TPU_STAMP)
 	JAX_PLATFORMS=cpu SEARCHJAX_TPU_PYTHON=$(abspath $(TPU_PY)) $(PY) -m pytest \
-		$(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+		$(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(TPU_VENV) .pytest_cache .hypothesis

@@ -27,7 +27,8 @@ def _release_compiled_executables():
 
 def pytest_collection_modifyitems(config, items):
     """Run the files that hold a `slow` test first (stable order otherwise). Under `make test` (pytest-xdist,
-    `--dist loadfile`) each worker takes whole files in collection order, so a long file collected last runs
-    alone on one worker while the other idles; started first, the short files fill in beside it."""
+    `--dist loadfile --no-loadscope-reorder`) each worker takes whole files in collection order, so a long file
+    collected last runs alone on one worker while the other idles; started first, the short files fill in beside
+    it. (Without --no-loadscope-reorder xdist hands out the files with the most tests first, whatever this order.)"""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
