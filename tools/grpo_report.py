@@ -5,6 +5,11 @@ linear-fit slopes with 95% intervals and a PNG of the training curves, one panel
     python tools/grpo_report.py --run gated=RUN_A linear=RUN_B ... [--steps N] [--out curves.png]
 
 `--steps N` keeps steps 1..N of each run (to compare a longer run's first N steps with shorter ablations).
+With several runs, each run after the first is also compared with the first step by step ("paired"): the mean of
+run_t − first_t over the steps t ≥ 2 both have, with its 95% Student-t interval. Runs from the same checkpoint,
+seed and prompts (the ablations) sample step 1 with the same weights and keys, so their step-1 rollouts are
+the same and only later steps can differ; the steps are not independent (each policy drifts on its own), so the
+interval is indicative.
 
 Slope: ordinary least squares of the metric on the step, with the 95% interval slope ± t(0.975, n−2)·SE; "rises"
 means the whole interval lies above 0 (falls: below 0).
@@ -60,6 +65,22 @@ def slopes(data: list[dict]) -> dict[str, dict[str, float]]:
     return report
 
 
+def paired(base: list[dict], other: list[dict]) -> dict[str, dict[str, float]]:
+    """Mean per-step difference other − base over the common steps ≥ 2, with its 95% interval (module docstring)."""
+    from scipy import stats
+
+    out = {}
+    for key in SLOPES:
+        a = {r["step"]: r[key] for r in base if key in r and r["step"] >= 2}
+        b = {r["step"]: r[key] for r in other if key in r and r["step"] >= 2}
+        d = np.asarray([b[t] - a[t] for t in sorted(a.keys() & b.keys())], float)
+        if len(d) >= 2:
+            half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+            out[key] = {"mean_diff": float(d.mean()), "lo": float(d.mean() - half), "hi": float(d.mean() + half),
+                        "n": len(d)}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", nargs="+", required=True, help="RUN directories, or NAME=RUN to label them")
@@ -71,7 +92,11 @@ def main(argv=None) -> int:
         data = rows(path)
         runs[name] = [r for r in data if args.steps is None or r["step"] <= args.steps]
     report = {name: slopes(data) for name, data in runs.items()}
-    print(json.dumps(report[next(iter(report))] if len(report) == 1 else report, indent=2))
+    first = next(iter(runs))
+    if len(runs) > 1:
+        report["paired"] = {f"{name} - {first}": paired(runs[first], data) for name, data in runs.items()
+                            if name != first}
+    print(json.dumps(report[first] if len(runs) == 1 else report, indent=2))
     if args.out:
         import matplotlib
 
