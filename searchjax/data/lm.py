@@ -87,15 +87,21 @@ class ProcessRows(grain.MapDataset):
 
 
 class CopyRows(grain.MapDataset):
-    """Induction rows: element k is, with probability `fraction`, x ‖ x (cut to the row's T + 1 tokens) for
-    x = ⌈(T + 1) / 2⌉ ids drawn uniformly from [0, high), else parent[k] unchanged.
+    """Induction rows: element k is, with probability `fraction`, a row of T + 1 ids drawn uniformly from
+    [0, high) in which a segment x of m ids appears twice, else parent[k] unchanged:
+
+        row = noise ‖ x ‖ noise ‖ x ‖ noise,   m ~ U[⌈(T + 1)/8⌉, ⌊(T + 1)/2⌋],  the gap and the start uniform
 
     The second copy of x can only be predicted by finding the earlier occurrence of the current token and
     copying what followed it: the induction mechanism a policy needs to copy a name from its question or from a
-    search result into a query or an answer. Natural text rewards it weakly once the corpus is memorised (a
-    checkpoint pretrained on the world's corpus alone showed no copy gain: tools/copy_probe.py). x is fresh for
-    every element (drawn from a generator seeded by (seed, k)), so it cannot be memorised, and the rows are a pure
-    function of k: resume stays exact. `high` is the first special-token id, so x holds no chat-template token."""
+    search result into a query or an answer. The length, the gap and the place of x change from row to row, so
+    the distance between the copies does too: with a fixed distance (the first version: x ‖ x, m = (T + 1)/2)
+    the science model learnt to copy from exactly that many positions back, a positional shortcut with no
+    gain on any other distance and none on natural text (tools/copy_probe.py; RESULTS.md). Natural text rewards
+    induction weakly once the corpus is memorised (a checkpoint pretrained on the world's corpus alone showed no
+    copy gain). The ids are fresh for every element (a generator seeded by (seed, k)), so nothing can be
+    memorised, and the rows are a pure function of k: resume stays exact. `high` is the first special-token id,
+    so no row holds a chat-template token."""
 
     def __init__(self, parent: grain.MapDataset, fraction: float, seed: int, high: int):
         super().__init__(parent)
@@ -116,8 +122,18 @@ class CopyRows(grain.MapDataset):
         rng = np.random.default_rng([self._seed, 0x1D, int(index)])
         if rng.random() >= self._fraction:
             return row
-        x = rng.integers(0, self._high, size=(len(row) + 1) // 2).astype(row.dtype)
-        return np.concatenate([x, x])[: len(row)]
+        return induction_row(rng, len(row), self._high).astype(row.dtype)
+
+
+def induction_row(rng: np.random.Generator, n: int, high: int) -> np.ndarray:
+    """n ids uniform in [0, high) with a segment of m ~ U[⌈n/8⌉, ⌊n/2⌋] ids repeated at a random later place
+    (`CopyRows`)."""
+    row = rng.integers(0, high, size=n)
+    m = int(rng.integers(max(1, -(-n // 8)), max(1, n // 2) + 1))
+    gap = int(rng.integers(0, n - 2 * m + 1))
+    start = int(rng.integers(0, n - 2 * m - gap + 1))
+    row[start + m + gap: start + 2 * m + gap] = row[start: start + m]
+    return row
 
 
 def lm_dataset(rows: np.ndarray, batch_size: int, seed: int, *, process_index: int | None = None,

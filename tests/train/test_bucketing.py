@@ -8,7 +8,7 @@ import pytest
 from searchjax.chat import load_tokenizer
 from searchjax.data.bucketing import bucketed_dataset, pad_rows
 from searchjax.data.jsonl import read_jsonl
-from searchjax.data.lm import lm_dataset, stream_rows, token_stream
+from searchjax.data.lm import induction_row, lm_dataset, stream_rows, token_stream
 from searchjax.data.pipeline import Encoder, PipelineConfig, SourceConfig
 
 
@@ -80,6 +80,26 @@ def test_lm_rows_cover_the_stream_without_padding(workspace):
     assert not set(map(bytes, parts[0])) & set(map(bytes, parts[1]))  # disjoint process shares
 
 
+def longest_repeat(row: np.ndarray) -> tuple[int, int]:
+    """(m, d): the longest run of positions with row[t] == row[t + d] over all d > 0 (the repeated segment)."""
+    best = (0, 0)
+    for d in range(1, len(row)):
+        same = np.concatenate([[0], (row[d:] == row[:-d]).astype(int), [0]])
+        edges = np.flatnonzero(np.diff(same))
+        runs = edges[1::2] - edges[::2]
+        if len(runs) and runs.max() > best[0]:
+            best = (int(runs.max()), d)
+    return best
+
+
+def test_induction_row_repeats_one_segment_at_a_random_distance():
+    rng = np.random.default_rng(0)
+    for n in (2, 9, 129, 513):
+        row = induction_row(rng, n, 50_000)  # ids from a large range: chance repeats are rare
+        m, d = longest_repeat(row)
+        assert -(-n // 8) <= m <= n // 2 and d >= m and row.max() < 50_000 and len(row) == n
+
+
 def test_copy_rows_repeat_fresh_random_ids_deterministically():
     rows = np.arange(200 * 33, dtype=np.int32).reshape(200, 33) % 500 + 600  # ids >= 600: never drawn by CopyRows
     ds = lm_dataset(rows, 8, seed=3, process_index=0, process_count=1, copy_fraction=0.25, copy_high=500)
@@ -87,9 +107,13 @@ def test_copy_rows_repeat_fresh_random_ids_deterministically():
     x = np.concatenate([np.concatenate([b["input_ids"], b["targets"][:, -1:]], axis=1) for b in batches])
     copied = x.max(axis=1) < 500
     assert 0.15 < copied.mean() < 0.35  # ~copy_fraction of the rows
+    distances = set()
     for row in x[copied]:
-        np.testing.assert_array_equal(row[17:], row[:16])  # x ‖ x: 17 ids, then the same ids again (cut to 33)
-    assert len({bytes(r) for r in x[copied]}) == copied.sum()  # a fresh x every time
+        m, shift = longest_repeat(row)
+        assert 5 <= m <= 16  # a segment of m ∈ [⌈33/8⌉, ⌊33/2⌋] ids appears twice
+        distances.add(shift)
+    assert len(distances) > 5  # the copies lie at different distances (no positional shortcut)
+    assert len({bytes(r) for r in x[copied]}) == copied.sum()  # fresh ids every time
     assert (x[~copied] >= 600).all()  # the other rows are the corpus rows, unchanged
     again = lm_dataset(rows, 8, seed=3, process_index=0, process_count=1, copy_fraction=0.25, copy_high=500)
     np.testing.assert_array_equal(again[7]["input_ids"], batches[7]["input_ids"])  # a function of the index
