@@ -41,7 +41,7 @@ def _put(tree, value, j):
 
 
 def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, remat: bool = False,
-                in_place_experts: bool = False):
+                in_place_experts: bool = False, replay=None):
     """Run all decoder layers. mixers[type](layer_params, x_normed, layer_cache) -> (out, new_layer_cache).
 
     caches = (linear_caches, full_caches), pytrees stacked on a leading layer axis (None without a cache).
@@ -53,40 +53,44 @@ def _run_layers(params: Params, x, valid, cfg: ModelConfig, mixers, caches, rema
     layer indices instead of the scan. On CPU that is faster both ways: in decode the scan's `lax.switch` copied the
     whole stacked caches every step (small preset: 14 ms), and the small preset's 4×512 forward+backward took
     2.98 s with the scan, 2.18 s unrolled (BENCHMARKS.md). remat=True rematerialises each layer in both forms.
-    Returns (x, RouterStats summed over layers, new caches).
+    replay [L,B,T,k] (routing replay, `moe.route`): the experts each token of each layer goes to (−1: its own).
+    Returns (x, RouterStats summed over layers, new caches, (used, own)): used and own [L,B,T,k] i32 are the
+    experts each token went to and the router's own top-k (XLA drops them where the caller does not use them).
     """
     kinds = [k for k in (LINEAR, FULL) if k in cfg.layer_types]
     stacks = {LINEAR: (params.linear, 0), FULL: (params.full, 1)}
     ranks = [cfg.layer_types[:i].count(t) for i, t in enumerate(cfg.layer_types)]  # index within the type's stack
 
     def run(kind):
-        def layer(x, stats, caches, j):
+        def layer(x, stats, caches, j, rp):
             stack, slot = stacks[kind]
             p, c = _at(stack, j), (None if caches[slot] is None else _at(caches[slot], j))
             out, c = mixers[kind](p, rms_norm(x, p.input_norm, cfg.rms_norm_eps), c)
             x = x + out
             experts = (stack.moe.w_gate, stack.moe.w_up, stack.moe.w_down, j) if in_place_experts else None
-            y, st = moe_block(p.moe, rms_norm(x, p.post_norm, cfg.rms_norm_eps), valid, cfg, experts)
+            y, st, used, own = moe_block(p.moe, rms_norm(x, p.post_norm, cfg.rms_norm_eps), valid, cfg, experts, rp)
             if c is not None:
                 caches = tuple(_put(cs, c, j) if i == slot else cs for i, cs in enumerate(caches))
-            return x + y, stats + st, caches
+            return (x + y, stats + st, caches), (used, own)
         return layer
 
     carry = (x, RouterStats.zeros(cfg.num_experts), caches)
     if unrolled(cfg):
-        for kind, j in zip(cfg.layer_types, ranks):  # static indices: no switch, caches updated in place
+        routes = []
+        for i, (kind, j) in enumerate(zip(cfg.layer_types, ranks)):  # static indices: no switch, in-place caches
             layer = jax.checkpoint(run(kind), static_argnums=(3,)) if remat else run(kind)
-            carry = layer(*carry, j)
-        return carry
+            carry, r = layer(*carry, j, None if replay is None else replay[i])
+            routes.append(r)
+        return (*carry, tuple(jnp.stack(r) for r in zip(*routes)))
 
     def body(carry, xs):
-        kind, j = xs
-        return jax.lax.switch(kind, [run(k) for k in kinds], *carry, j), None
+        kind, j, rp = xs
+        return jax.lax.switch(kind, [run(k) for k in kinds], *carry, j, rp)
 
     body = jax.checkpoint(body) if remat else body
     branch = jnp.array([kinds.index(t) for t in cfg.layer_types], jnp.int32)
-    (x, stats, caches), _ = jax.lax.scan(body, carry, (branch, jnp.array(ranks, jnp.int32)))
-    return x, stats, caches
+    (x, stats, caches), routes = jax.lax.scan(body, carry, (branch, jnp.array(ranks, jnp.int32), replay))
+    return x, stats, caches, routes
 
 
 def _embed(params: Params, tokens: jax.Array) -> jax.Array:
@@ -107,7 +111,7 @@ def _zero_linear_state(cfg: ModelConfig, b: int, dtype):
 
 @functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
 def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False,
-                  return_aux: bool = False, valid: jax.Array | None = None):
+                  return_aux: bool = False, valid: jax.Array | None = None, routes: jax.Array | None = None):
     """Final-normed hidden states [B,T,D] of tokens [B,T] (no cache).
 
     valid [B,T] bool marks the real tokens of a right-padded batch (default: every token). It keeps padding out
@@ -116,6 +120,9 @@ def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat:
     meaningless. With return_aux=True returns (h, aux) where aux["router_aux_loss"] is the load-balancing loss
     L_aux (multiply by cfg.router_aux_loss_coef in a training loss). remat=True rematerialises each layer cycle
     in the backward pass. Logits are `unembed(params, h)` (params.unembed is the [V,D] matrix).
+    routes [B,T,L,k] int (routing replay, `moe.route`): the experts token t of layer l goes to, as the inference
+    engine recorded them (`prefill(..., return_routes=True)`, `decode_step`); −1 rows keep the router's own
+    choice. aux["routes_own"] [B,T,L,k] i32 is the router's own top-k (to count where it differs from `routes`).
     """
     b, t = tokens.shape
     x = _embed(params, tokens)
@@ -127,17 +134,19 @@ def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat:
         FULL: lambda p, xn, c: (gated_attention(p, xn, pos, cfg), None),
     }
     routed = every if valid is None else jnp.asarray(valid, bool)
-    x, stats, _ = _run_layers(params, x, routed, cfg, mixers, (None, None), remat)
+    replay = None if routes is None else jnp.moveaxis(jnp.asarray(routes, jnp.int32), 2, 0)
+    x, stats, _, (_, own) = _run_layers(params, x, routed, cfg, mixers, (None, None), remat, replay=replay)
     h = rms_norm(x, params.final_norm, cfg.rms_norm_eps)
-    return (h, {"router_aux_loss": stats.aux_loss()}) if return_aux else h
+    aux = {"router_aux_loss": stats.aux_loss(), "routes_own": jnp.moveaxis(own, 0, 2)}
+    return (h, aux) if return_aux else h
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
 def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False, return_aux: bool = False,
-            valid: jax.Array | None = None):
-    """Logits float32 [B,T,V] of int32 tokens [B,T] (§3.1); with return_aux=True, (logits, aux); `valid` as in
-    hidden_states."""
-    out = hidden_states(params, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid)
+            valid: jax.Array | None = None, routes: jax.Array | None = None):
+    """Logits float32 [B,T,V] of int32 tokens [B,T] (§3.1); with return_aux=True, (logits, aux); `valid` and
+    `routes` (routing replay) as in hidden_states."""
+    out = hidden_states(params, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid, routes=routes)
     h, aux = out if return_aux else (out, None)
     logits = unembed(params, h)
     return (logits, aux) if return_aux else logits
@@ -145,7 +154,8 @@ def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool 
 
 def _run_cached(params: Params, tokens, cfg: ModelConfig, cache: Cache, pos, valid, deltanet_fn):
     """Layers over tokens [B,T] at positions pos [B,T] with the cache; deltanet_fn(p, x, conv, state) runs a
-    DeltaNet layer (chunked for prefill, recurrent for decode). Returns (final-normed h, new cache w/o lengths)."""
+    DeltaNet layer (chunked for prefill, recurrent for decode). Returns (final-normed h, new cache w/o lengths,
+    the experts every token went to [B,T,L,k] i32)."""
 
     def lin(p, xn, c):
         out, conv, state = deltanet_fn(p, xn, c[:3], c[3])
@@ -160,22 +170,22 @@ def _run_cached(params: Params, tokens, cfg: ModelConfig, cache: Cache, pos, val
     # ragged_dot (GPU/TPU) the per-layer slice is cheap, and the in-place view of expert-sharded stacks tripled
     # the per-chip memory of the sharded 397B (BENCHMARKS.md, AOT section).
     in_place = resolve_impl(cfg.moe_impl) == "block"
-    x, _, (lin_c, (k, v)) = _run_layers(params, _embed(params, tokens), valid, cfg, {LINEAR: lin, FULL: full}, caches,
-                                        in_place_experts=in_place)
+    x, _, (lin_c, (k, v)), (used, _) = _run_layers(params, _embed(params, tokens), valid, cfg,
+                                                   {LINEAR: lin, FULL: full}, caches, in_place_experts=in_place)
     conv_q, conv_k, conv_v, state = lin_c
     new = Cache(lengths=cache.lengths, k=k, v=v, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, state=state)
-    return rms_norm(x, params.final_norm, cfg.rms_norm_eps), new
+    return rms_norm(x, params.final_norm, cfg.rms_norm_eps), new, jnp.moveaxis(used, 0, 2)
 
 
 def _prefill_hidden(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array):
-    """(final-normed h [B,T,D], cache) of appending right-padded tokens [B,T] to each row (see `prefill`)."""
+    """(final-normed h [B,T,D], cache, routes [B,T,L,k]) of appending right-padded tokens [B,T] to each row."""
     t = tokens.shape[1]
     lengths = lengths.astype(jnp.int32)
     pos = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
     valid = jnp.arange(t)[None] < lengths[:, None]
-    h, new = _run_cached(params, tokens, cfg, cache, pos, valid,
-                         lambda p, x, conv, state: deltanet(p, x, valid, conv, state, cfg))
-    return h, new.replace(lengths=cache.lengths + lengths)
+    h, new, routes = _run_cached(params, tokens, cfg, cache, pos, valid,
+                                 lambda p, x, conv, state: deltanet(p, x, valid, conv, state, cfg))
+    return h, new.replace(lengths=cache.lengths + lengths), routes
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
@@ -186,27 +196,34 @@ def prefill(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, l
     nothing and leave the DeltaNet states unchanged (a row with lengths[b] = 0 is unchanged). Returns
     (logits float32 [B,T,V], cache); cache is donated.
     """
-    h, cache = _prefill_hidden(params, tokens, cfg, cache, lengths)
+    h, cache, _ = _prefill_hidden(params, tokens, cfg, cache, lengths)
     return unembed(params, h), cache
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
-def prefill_last(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array):
+@functools.partial(jax.jit, static_argnames=("cfg", "return_routes"), donate_argnames=("cache",))
+def prefill_last(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, lengths: jax.Array,
+                 return_routes: bool = False):
     """`prefill` returning only the logits of each row's last appended token, float32 [B,V] (the next-token
-    logits a decode starts from; meaningless for a row with lengths[b] = 0). Never builds the [B,T,V] logits."""
-    h, cache = _prefill_hidden(params, tokens, cfg, cache, lengths)
+    logits a decode starts from; meaningless for a row with lengths[b] = 0). Never builds the [B,T,V] logits.
+    return_routes=True adds the experts every appended token went to, [B,T,L,k] i32 (routing replay; the
+    entries of padding are meaningless)."""
+    h, cache, routes = _prefill_hidden(params, tokens, cfg, cache, lengths)
     last = jnp.maximum(lengths.astype(jnp.int32) - 1, 0)
-    return unembed(params, jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]), cache
+    logits = unembed(params, jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0])
+    return (logits, cache, routes) if return_routes else (logits, cache)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
-def decode_step(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, active: jax.Array | None = None):
+@functools.partial(jax.jit, static_argnames=("cfg", "return_routes"), donate_argnames=("cache",))
+def decode_step(params: Params, tokens: jax.Array, cfg: ModelConfig, cache: Cache, active: jax.Array | None = None,
+                return_routes: bool = False):
     """One token per row: tokens [B] at position cache.lengths[b] (recurrent DeltaNet, cached attention).
 
     Rows with active[b] = False leave the cache unchanged (their logits are computed but meaningless).
-    Returns (logits float32 [B,V], cache); cache is donated.
+    Returns (logits float32 [B,V], cache), plus with return_routes=True the experts each token went to
+    [B,L,k] i32 (routing replay); cache is donated.
     """
     active = jnp.ones(tokens.shape, bool) if active is None else active.astype(bool)
-    h, new = _run_cached(params, tokens[:, None], cfg, cache, cache.lengths[:, None], active[:, None],
-                         lambda p, x, conv, state: deltanet_step(p, x, active, conv, state, cfg))
-    return unembed(params, h[:, 0]), new.replace(lengths=cache.lengths + active.astype(jnp.int32))
+    h, new, routes = _run_cached(params, tokens[:, None], cfg, cache, cache.lengths[:, None], active[:, None],
+                                 lambda p, x, conv, state: deltanet_step(p, x, active, conv, state, cfg))
+    out = (unembed(params, h[:, 0]), new.replace(lengths=cache.lengths + active.astype(jnp.int32)))
+    return (*out, routes[:, 0]) if return_routes else out

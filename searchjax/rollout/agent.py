@@ -112,6 +112,7 @@ class _Rollout:
         self.tokens, self.mask, self.logprobs = list(prompt), [0] * len(prompt), [0.0] * len(prompt)
         self.prompt_length, self.rejected, self.turns = len(prompt), 0, 0
         self.transcript: list[dict[str, Any]] = []
+        self.routes: np.ndarray | None = None  # the last turn's Completion.routes (routing replay)
         self.timings = {"decode_s": 0.0, "queued_s": 0.0, "tool_s": 0.0}
         self.t0 = time.perf_counter()
         self.record: RolloutRecord | None = None
@@ -144,9 +145,16 @@ class _Rollout:
             policy_version=self.version, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
             top_k=self.sampling.top_k, key_impl=str(jax.random.key_impl(self.key)),
             key_data=np.asarray(jax.random.key_data(self.key)).tolist(), question=self.item.question,
-            turns=self.transcript,
+            turns=self.transcript, routes=self._routes(),
         )
         return self.record
+
+    def _routes(self) -> np.ndarray | None:
+        """The last turn's routes over every token (−1 on the harness tokens appended after it)."""
+        if self.routes is None:
+            return None
+        r, n = self.routes[: len(self.tokens)], len(self.tokens)
+        return np.concatenate([r, np.full((n - len(r), *r.shape[1:]), -1, r.dtype)]) if len(r) < n else r
 
 
 class SearchAgent:
@@ -230,6 +238,7 @@ class SearchAgent:
         """Consume one finished turn; return the next turn's request, or [] when the rollout is complete."""
         r: _Rollout = c.request.tag
         r.add(c.tokens, c.logprobs)
+        r.routes = c.routes
         r.turns += 1
         r.timings["decode_s"] += c.decode_s
         r.timings["queued_s"] += c.queued_s

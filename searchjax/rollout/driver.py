@@ -23,6 +23,11 @@ stop id or max_new_tokens (the slot holds exactly prompt + generated), and it sa
 the same log μ as a fresh prefill of the whole prompt (up to float rounding: chunk boundaries differ).
 Requests ending on a multi-token stop string or a full cache are not continued; `extend_cache=False` turns
 the extension off.
+
+Routing replay: with an engine built with record_routes=True every completion also carries `routes`
+[len(prompt) + len(tokens), L, k] int16, the experts each position's token went to in each MoE layer when the
+engine fed it (−1 for a token never fed: the last one of a full cache). A continuation's routes start with its
+predecessor's, so the routes of the last turn of an agent rollout are the sampler's view of the whole history.
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ class Request:
 
 @dataclasses.dataclass
 class Completion:
-    """What a request produced: tokens[n] int32, logprobs[n] f32 (log μ_infer), why it stopped, timings."""
+    """What a request produced: tokens[n] int32, logprobs[n] f32 (log μ_infer), why it stopped, timings; routes
+    (record_routes engines) [len(prompt) + n, L, k] int16, the experts of every position (module docstring)."""
 
     request: Request
     tokens: np.ndarray
@@ -70,6 +76,7 @@ class Completion:
     stop: int | str | None
     queued_s: float
     decode_s: float
+    routes: np.ndarray | None = None
 
 
 @dataclasses.dataclass
@@ -102,16 +109,19 @@ class _Live:
         self.stop_ids, self.stop_strings, self.window = stop_ids, stop_strings, window
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
+        self.routes: list = []  # np arrays [n, L, k] and PrefillRoutes, in position order (record_routes)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Admission:
-    """A request about to be prefilled into `slot`; `cached` of its prompt tokens are already in the slot."""
+    """A request about to be prefilled into `slot`; `cached` of its prompt tokens are already in the slot, whose
+    routes are `prior` (the predecessor's, record_routes)."""
 
     slot: int
     request: Request
     cached: int
     t_queued: float
+    prior: np.ndarray | None = None
 
 
 class RolloutDriver:
@@ -233,7 +243,8 @@ class RolloutDriver:
             self._check(follow)
             cached = 0 if kept else self._cached_length(c, follow)
             if cached:
-                resumed.append(_Admission(slot, follow, cached, time.perf_counter()))
+                prior = None if c.routes is None else c.routes[:cached]
+                resumed.append(_Admission(slot, follow, cached, time.perf_counter(), prior))
                 kept = True
             else:
                 pending.append((follow, time.perf_counter()))
@@ -263,19 +274,27 @@ class RolloutDriver:
             slots[a.slot] = _Live(a.request, step, *stops, a.t_queued)
             stats.prefill_tokens += len(a.request.prompt) - a.cached
             stats.resumed += a.cached > 0
-        return self.engine.prefill_slots(self.params, state, batch)
+        if not self.engine.record_routes:
+            return self.engine.prefill_slots(self.params, state, batch)
+        state, routes = self.engine.prefill_slots_routed(self.params, state, batch)
+        for a, r in zip(admit, routes):
+            slots[a.slot].routes += ([] if a.prior is None else [a.prior]) + [r]
+        return state
 
     def _process(self, inflight, slots: list[_Live | None], stats: DriverStats) -> list[tuple[int, Completion]]:
         """Read one step's tokens on the host; finish the requests that stopped: (their slots, completions)."""
         step, result = inflight
         data = np.asarray(result.data).tolist()
         logprobs = np.asarray(result.logprobs).tolist()
+        routes = None if result.routes is None else np.asarray(result.routes).astype(np.int16)
         t_host = time.perf_counter()
         finished = []
         for slot, live in enumerate(slots):
             if live is None or live.first_step > step:
                 continue
             token, valid, _ = data[slot]
+            if valid and routes is not None:
+                live.routes.append(routes[slot][None])
             reason, stop = ("context", None) if not valid else self._append(live, token, logprobs[slot])
             stats.tokens += int(bool(valid))
             if reason is not None:
@@ -311,5 +330,7 @@ class RolloutDriver:
             stop=stop,
             queued_s=live.t_admit - live.t_queued,
             decode_s=now - live.t_admit,
+            routes=np.concatenate([r if isinstance(r, np.ndarray) else r.numpy() for r in live.routes])
+            if live.routes else None,
         )
 

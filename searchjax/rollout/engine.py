@@ -24,6 +24,13 @@ the batch (continuous batching changes nothing but speed).
 
 Parameters are an argument of every jitted function, so a params tree with the same shapes, dtypes and
 shardings can be swapped between rollout phases without recompiling (`trace_counts` counts traces).
+
+Routing replay (record_routes=True): the engine also returns, for every token it feeds through the model, the
+experts each MoE layer sent it to ([L, k] ids; `prefill_slots_routed` for prefilled tokens, `SampledTokens.routes`
+for generated ones). The trainer's forward can then route every token as the sampler did
+(`searchjax.model.hidden_states(routes=...)`): top-k routing is discontinuous, and a router near-tie that the
+two numerically different paths (chunked prefill and decode here, one full forward there) break differently
+sends a token to another expert and shifts every later log-probability (RESULTS.md, the canary).
 """
 
 from __future__ import annotations
@@ -103,20 +110,34 @@ class SlotPrefill:
 
 @struct.dataclass
 class SampledTokens(engine_api.ResultTokens):
-    """JetStream's ResultTokens ([B, token | valid | length] int32) plus log μ_infer of each token, [B] f32."""
+    """JetStream's ResultTokens ([B, token | valid | length] int32) plus log μ_infer of each token, [B] f32, and
+    with record_routes the experts each fed token went to, [B, L, k] i32 (−1 where the token was not fed)."""
 
     logprobs: Any = None
+    routes: Any = None
 
     def copy_to_host_async(self) -> None:
-        for x in (self.data, self.logprobs):
+        for x in (self.data, self.logprobs, self.routes):
             if isinstance(x, jax.Array):
                 x.copy_to_host_async()
 
     def convert_to_numpy(self) -> "SampledTokens":
         return SampledTokens(
             np.asarray(self.data), self.tokens_idx, self.valid_idx, self.length_idx, self.samples_per_slot,
-            logprobs=np.asarray(self.logprobs),
+            logprobs=np.asarray(self.logprobs), routes=None if self.routes is None else np.asarray(self.routes),
         )
+
+
+class PrefillRoutes:
+    """The experts of one request's prefilled tokens, [n, L, k], still on the device until `numpy()` is called
+    (pieces of the chunked prefill: (routes [P, T, L, k], row, count) each, their host copies started)."""
+
+    def __init__(self, pieces: Sequence[tuple[jax.Array, int, int]]):
+        self._pieces = list(pieces)
+
+    def numpy(self) -> np.ndarray:
+        parts = [np.asarray(a)[row, :n] for a, row, n in self._pieces]
+        return np.concatenate(parts, axis=0).astype(np.int16)
 
 
 class JetStreamTokenizer(tokenizer_api.Tokenizer):
@@ -183,6 +204,7 @@ class SearchJaxEngine(engine_api.Engine):
         bucket); longer prompts are prefilled in chunks by the rollout driver. max_len: cache length per slot.
       sampling: the settings used for requests that do not bring their own (JetStream's orchestrator).
       seed: base key of requests without their own key. mesh: defaults to the first device.
+      record_routes: also return the experts of every token fed (routing replay; module docstring).
     """
 
     def __init__(
@@ -198,8 +220,10 @@ class SearchJaxEngine(engine_api.Engine):
         sampling: Sampling = Sampling(),
         seed: int = 0,
         mesh: Mesh | None = None,
+        record_routes: bool = False,
     ):
         _check_sizes(max_concurrent_decodes, max_prefill_length, max_len)
+        self.record_routes = bool(record_routes)
         if max_len > cfg.max_position_embeddings:
             raise ValueError(f"max_len ({max_len}) exceeds the model's max_position_embeddings ({cfg.max_position_embeddings})")
         self.cfg, self.tokenizer, self.default_sampling = cfg, tokenizer, sampling
@@ -238,10 +262,12 @@ class SearchJaxEngine(engine_api.Engine):
         self._fresh_cache = jax.jit(self._zero_cache, out_shardings=prefix_shardings.cache)
         self._init_state = jax.jit(self._zero_state, out_shardings=state_shardings)
         self._prefill = jax.jit(self._prefill_step, out_shardings=prefix_shardings)
-        self._prefill_slots = jax.jit(self._prefill_slots_step, donate_argnums=(1,), out_shardings=state_shardings)
+        slots_out = (state_shardings, repl) if self.record_routes else state_shardings
+        self._prefill_slots = jax.jit(self._prefill_slots_step, donate_argnums=(1,), out_shardings=slots_out)
         self._insert = jax.jit(self._insert_step, donate_argnums=(1,), out_shardings=state_shardings)
         self._generate = jax.jit(
-            self._generate_step, donate_argnums=(1,), out_shardings=(state_shardings, repl, repl)
+            self._generate_step, donate_argnums=(1,),
+            out_shardings=(state_shardings, repl, repl) + ((repl,) if self.record_routes else ()),
         )
 
     def _zeros(self, shapes):
@@ -279,15 +305,16 @@ class SearchJaxEngine(engine_api.Engine):
         return Prefix(cache=cache, logits=last.astype(jnp.float32), sampling=sampling, key=key)
 
     def _prefill_slots_step(self, params, state: DecodeState, slots, tokens, lengths, fresh, sampling, keys,
-                            stop_ids, max_new) -> DecodeState:
+                            stop_ids, max_new):
         """Append tokens [P,T] (lengths [P]) to the caches of `slots` [P] (emptied first where fresh [P]) and make
-        those slots generate from their last token's logits; a slot index >= B is a padding row (writes nothing)."""
+        those slots generate from their last token's logits; a slot index >= B is a padding row (writes nothing).
+        Returns the new DecodeState, and with record_routes the experts of the tokens [P,T,L,k] too."""
         self.trace_counts["prefill_slots"] += 1
         rows = take_rows(state.cache, slots, empty=fresh)
-        last, rows = prefill_last(params, tokens, self.cfg, rows, lengths)
+        last, rows, routes = prefill_last(params, tokens, self.cfg, rows, lengths, return_routes=True)
         put = lambda full, part: full.at[slots].set(part.astype(full.dtype), mode="drop")  # noqa: E731
         p = slots.shape[0]
-        return DecodeState(
+        new = DecodeState(
             cache=put_rows(state.cache, slots, rows),
             logits=put(state.logits, last),
             sampling=jax.tree.map(put, state.sampling, sampling),
@@ -297,6 +324,7 @@ class SearchJaxEngine(engine_api.Engine):
             stop_ids=put(state.stop_ids, stop_ids),
             max_new=put(state.max_new, max_new),
         )
+        return (new, routes) if self.record_routes else new
 
     def _insert_step(self, prefix: Prefix, state: DecodeState, slot) -> DecodeState:
         """Row `slot` of the decode state becomes the prefix (cache, pending logits, sampling, key); no device stops
@@ -337,7 +365,7 @@ class SearchJaxEngine(engine_api.Engine):
         tokens, logprobs = sample(keys, state.logits, state.sampling)
         # A slot whose cache is full still returns the token sampled from its last logits, then stops.
         feed = state.active & (state.cache.lengths < self.max_len)
-        logits, cache = M.decode_step(params, tokens, self.cfg, state.cache, active=feed)
+        logits, cache, routes = M.decode_step(params, tokens, self.cfg, state.cache, active=feed, return_routes=True)
         generated = state.generated + state.active.astype(jnp.int32)
         stopped = jnp.any(tokens[:, None] == state.stop_ids, axis=1) | (generated >= state.max_new)
         new_state = DecodeState(
@@ -352,6 +380,8 @@ class SearchJaxEngine(engine_api.Engine):
         )
         data = jnp.stack([tokens, state.active.astype(jnp.int32), generated], axis=1)
         logprobs = jnp.where(state.active, logprobs, 0.0)
+        if self.record_routes:
+            return new_state, data, logprobs, jnp.where(feed[:, None, None], routes, -1)
         return new_state, data, logprobs
 
     # ---------------------------------------------------------------- Engine API
@@ -409,6 +439,17 @@ class SearchJaxEngine(engine_api.Engine):
         max_prefill_length padded to JetStream's buckets: the compiled shapes are (P bucket, T bucket). The
         caller keeps each slot's length + len(tokens) < max_len (the driver checks it). `state` is donated.
         """
+        return self._prefill_requests(params, state, requests)[0]
+
+    def prefill_slots_routed(self, params: Any, state: DecodeState,
+                             requests: Sequence[SlotPrefill]) -> tuple[DecodeState, list[PrefillRoutes]]:
+        """`prefill_slots`, also returning the experts of each request's tokens (engine built with record_routes)."""
+        if not self.record_routes:
+            raise ValueError("prefill_slots_routed: this engine was built with record_routes=False")
+        return self._prefill_requests(params, state, requests)
+
+    def _prefill_requests(self, params, state, requests):
+        """(state, one PrefillRoutes per request, or None without record_routes): see `prefill_slots`."""
         seen = [r.slot for r in requests]
         if len(set(seen)) != len(seen) or not all(0 <= s < self._batch for s in seen):
             raise ValueError(f"prefill_slots: slots {seen} must be distinct and in [0, {self._batch})")
@@ -418,10 +459,20 @@ class SearchJaxEngine(engine_api.Engine):
                                  f"max_new_tokens >= 1 (got {len(r.tokens)} tokens, {len(r.stop_ids)} stop ids, "
                                  f"max_new_tokens {r.max_new_tokens})")
         chunk = self._max_prefill
+        pieces: dict[int, list] = {r.slot: [] for r in requests}
         for start in range(0, max((len(r.tokens) for r in requests), default=0), chunk):
             part = [r for r in requests if len(r.tokens) > start]
-            state = self._prefill_slots(params, state, *self._slot_arrays(part, start, chunk))
-        return state
+            out = self._prefill_slots(params, state, *self._slot_arrays(part, start, chunk))
+            if not self.record_routes:
+                state = out
+                continue
+            state, routes = out
+            routes.copy_to_host_async()
+            for row, r in enumerate(part):
+                pieces[r.slot].append((routes, row, min(chunk, len(r.tokens) - start)))
+        if not self.record_routes:
+            return state, None
+        return state, [PrefillRoutes(pieces[r.slot]) for r in requests]
 
     def _slot_arrays(self, part: Sequence[SlotPrefill], start: int, chunk: int) -> tuple:
         """The kernel's arguments for tokens[start : start + chunk] of each request, padded to the buckets."""
@@ -446,8 +497,9 @@ class SearchJaxEngine(engine_api.Engine):
         return self._insert(prefix, decode_state, jnp.int32(slot))
 
     def generate(self, params: Any, decode_state: DecodeState) -> tuple[DecodeState, SampledTokens]:
-        state, data, logprobs = self._generate(params, decode_state)
-        return state, SampledTokens(data, (0, 1), (1, 2), (2, 3), 1, logprobs=logprobs)
+        state, data, logprobs, *routes = self._generate(params, decode_state)
+        return state, SampledTokens(data, (0, 1), (1, 2), (2, 3), 1, logprobs=logprobs,
+                                    routes=routes[0] if routes else None)
 
     def init_decode_state(self, *args, **kwargs) -> DecodeState:
         """An empty decode state: every slot inactive, caches zero."""

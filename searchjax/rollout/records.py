@@ -18,6 +18,10 @@ For a human reader (the arrays stay for training): question (the last user turn)
 {text, tool_calls} per assistant turn: the decoded generation, and each call's {name, arguments, ok, error}),
 answer; gold and r_base are left None for the caller (an evaluation or reward stage) to fill.
 
+For routing replay (an engine with record_routes): routes [len(tokens), L, k] int16, the experts each token went
+to in each MoE layer when the engine fed it (−1: not fed, e.g. harness tokens after the last turn). It is an
+in-memory training input, not written to JSONL.
+
 Fields added after the first release default to None, so older JSONL files still read (with those fields
 None); a field of the wrong type is an error naming it.
 """
@@ -66,6 +70,7 @@ class RolloutRecord:
     turns: list[dict[str, Any]] | None = None
     gold: Any = None
     r_base: float | None = None
+    routes: Any = None  # np.ndarray [len(tokens), L, k] int16 (routing replay); in memory only, never in JSONL
 
     def prng_key(self) -> jax.Array:
         """The rollout's typed PRNG key, rebuilt from key_impl and key_data."""
@@ -91,6 +96,8 @@ class RolloutRecord:
             raise ValueError(f"{where}: logprobs must be 0 where loss_mask is 0")
         if any(self.loss_mask[: self.prompt_length]):
             raise ValueError(f"{where}: loss_mask covers prompt tokens")
+        if self.routes is not None and (np.ndim(self.routes) != 3 or len(self.routes) != n):
+            raise ValueError(f"{where}: routes must be [len(tokens)={n}, layers, k], got shape {np.shape(self.routes)}")
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RolloutRecord)}
@@ -118,8 +125,9 @@ def record_from_dict(row: dict[str, Any]) -> RolloutRecord:
 
 
 def write_jsonl(records: Iterable[RolloutRecord], path: str | Path) -> int:
-    """Write one JSON object per record; returns the number written."""
-    return jsonl.write_jsonl(path, (dataclasses.asdict(r) for r in records))
+    """Write one JSON object per record (without `routes`, an in-memory training input); returns the number."""
+    rows = (dataclasses.asdict(dataclasses.replace(r, routes=None)) for r in records)
+    return jsonl.write_jsonl(path, ({k: v for k, v in row.items() if k != "routes"} for row in rows))
 
 
 def read_jsonl(path: str | Path) -> list[RolloutRecord]:
@@ -137,7 +145,8 @@ def to_arrays(records: Sequence[RolloutRecord], max_len: int | None = None, *, p
     tokens [N,L] int32 (pad_id after the end: pass the tokenizer's pad id, `tokenizer.special.pad`; it is
     required because id 0 is a real token), loss_mask [N,L] int32, logprobs [N,L] float32, lengths [N],
     prompt_lengths [N], response_length [N], tool_calls [N], tool_failures [N], group_index [N] int32, and
-    prompt_id [N] (str). L = max_len or the longest record. A record longer than max_len raises (never
+    prompt_id [N] (str); when any record has routes, routes [N,L,layers,k] int16 (−1 on padding and for the
+    records without). L = max_len or the longest record. A record longer than max_len raises (never
     truncated silently). For the [N, G] layout of groups, pass `group_records(...).flat()`.
     """
     if not records:
@@ -160,6 +169,14 @@ def to_arrays(records: Sequence[RolloutRecord], max_len: int | None = None, *, p
         out["tokens"][i, :t] = r.tokens
         out["loss_mask"][i, :t] = r.loss_mask
         out["logprobs"][i, :t] = r.logprobs
+    shapes = {np.shape(r.routes)[1:] for r in records if r.routes is not None}
+    if len(shapes) > 1:
+        raise ValueError(f"to_arrays: records with routes of different shapes {sorted(shapes)}")
+    if shapes:
+        out["routes"] = np.full((n, width, *shapes.pop()), -1, np.int16)
+        for i, r in enumerate(records):
+            if r.routes is not None:
+                out["routes"][i, : len(r.tokens)] = r.routes
     for name, field in (("lengths", None), ("prompt_lengths", "prompt_length"), ("response_length", None),
                         ("tool_calls", None), ("tool_failures", None), ("group_index", None)):
         values = [len(r.tokens) if name == "lengths" else getattr(r, field or name) for r in records]

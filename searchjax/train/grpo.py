@@ -67,6 +67,10 @@ class RolloutSettings:
     distribution gives the tokens outside it log π = −inf, so RL configs refuse them. slots, max_len,
     max_prefill_length: the engine; dtype: the engine's weights (the trainer's float32 weights are cast at every
     sync); extend_cache: continue a slot's cache across turns instead of re-prefilling the history.
+    routing_replay: the trainer's forward sends every token to the experts the engine sent it to (the engine
+    always records them, for rollout_corr/route_mismatch); off by default, as in the write-up, which rejected it
+    for token-level IS (RECIPE.md §2). Without it a router near-tie broken differently by the two numerically
+    different paths moves the canary past 1e-4 (searchjax.train.rl, RESULTS.md).
     """
 
     group_size: int = 4
@@ -82,6 +86,7 @@ class RolloutSettings:
     max_prefill_length: int = 512
     dtype: Literal["float32", "bfloat16"] = "float32"
     extend_cache: bool = True
+    routing_replay: bool = False
 
     def __post_init__(self):
         if self.group_size < 2:
@@ -285,10 +290,11 @@ class GRPOLoop:
         total = cfg.steps * cfg.minibatches
         aux = model_cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
         self.loss_fn = grpo_loss_fn(model_cfg, cfg.rewards, temperature=cfg.rollout.temperature,
-                                    chunk=cfg.loss_chunk, aux_coef=aux, remat=cfg.remat)
+                                    chunk=cfg.loss_chunk, aux_coef=aux, remat=cfg.remat,
+                                    replay=cfg.rollout.routing_replay)
         self.lr_fn = lr_schedule(cfg.optim, total)
         self.old_logp = old_logprobs_fn(model_cfg, temperature=cfg.rollout.temperature, chunk=cfg.loss_chunk,
-                                        mesh=mesh) \
+                                        mesh=mesh, replay=cfg.rollout.routing_replay) \
             if cfg.rewards.clip_eps is not None else None
         self.rewards = jax.jit(compute_rewards, static_argnames="cfg")
         self.root_key = jax.random.key(cfg.seed)
@@ -336,7 +342,8 @@ class GRPOLoop:
         procs, me = jax.process_count(), jax.process_index()
         if self.old_logp is not None:  # log π_old of every row, before the first update (this process's rows,
             share = slice(me * rows // procs, (me + 1) * rows // procs)  # then gathered: all rows on every host)
-            local = {k: arrays[k][share] for k in ("input_ids", "targets", "loss_mask", "lengths")}
+            local = {k: arrays[k][share] for k in ("input_ids", "targets", "loss_mask", "lengths", "routes")
+                     if k in arrays}
             arrays = {**arrays, "logp_old": host_params(self.old_logp(state.params, device_batch(local, self.mesh)))}
         order = np.arange(rows) if cfg.minibatches == 1 else \
             np.asarray(jax.random.permutation(key, rows))
@@ -483,7 +490,7 @@ def build_actors(cfg: GRPOConfig, start, reference: Path, reward_model: Path, ba
     ref_params = load_hf(reference, dtype=r.dtype, mesh=mesh)[1]
     engine = SearchJaxEngine(start.cfg, ref_params, start.tokenizer, max_concurrent_decodes=r.slots,
                              max_prefill_length=r.max_prefill_length, max_len=r.max_len, cache_dtype=r.dtype,
-                             sampling=r.agent().sampling, mesh=mesh)
+                             sampling=r.agent().sampling, mesh=mesh, record_routes=True)
     ref_driver = RolloutDriver(engine, ref_params, extend_cache=r.extend_cache)
     engine_dtype = jax.tree.map(lambda p: p.astype(jnp.dtype(r.dtype)), params)
     policy_driver = RolloutDriver(engine, engine_dtype, extend_cache=r.extend_cache)

@@ -16,13 +16,20 @@ Training batch of one rollout batch, B = N·G rows in row-major group order (row
 
     input_ids[b, t] = tokens[b, t],  targets[b, t] = tokens[b, t+1],  loss_mask[b, t] = mask[b, t+1]
     logp_infer[b, t] = log μ(tokens[b, t+1]),  advantages[b] = Â_b,  lengths[b] = |tokens_b| − 1
+    routes[b, t] = the experts the engine sent tokens[b, t] to, [L, k] per position (when recorded)
 
 The loss (`grpo_loss_fn`) recomputes log π with the sampler's temperature T in the chunked log-prob path,
 
     log π_T(y | ·) = log_softmax(h·Wᵀ / T)[y] = token_logprobs(h / T, W, y)       (never [B, T, V] logits)
 
 and returns `policy_loss` (token-level IS, or its ablations) plus the canary |log π − log μ| over valid tokens,
-which is ≤ 1e-4 in float32 when the trainer's params are the sampler's (RECIPE.md §2).
+which is ≤ 1e-4 in float32 when the trainer's params are the sampler's (RECIPE.md §2) and every token goes to
+the experts it went to in the engine. Top-k routing is discontinuous: where the router's top-k has a near-tie
+(a margin of ~1e-8, which float rounding breaks differently in the engine's chunked prefill and decode than in
+one full forward), a token can go to another expert and every later log-probability moves by up to ~1e-2
+(RESULTS.md, the canary). `replay=True` (routing replay, the write-up's rejected alternative, RECIPE.md §2) routes
+every token as the engine did; either way rollout_corr/route_mismatch is the share of (token, layer) pairs whose
+trainer top-k differs from the engine's.
 """
 
 from __future__ import annotations
@@ -221,19 +228,38 @@ def train_arrays(records: Sequence[RolloutRecord], advantages: np.ndarray, *, pa
     out["targets"][:, :w] = arr["tokens"][:, 1:w + 1]
     out["loss_mask"][:, :w] = arr["loss_mask"][:, 1:w + 1]
     out["logp_infer"][:, :w] = arr["logprobs"][:, 1:w + 1]
+    if "routes" in arr:
+        out["routes"] = np.full((n, width, *arr["routes"].shape[2:]), -1, np.int16)
+        out["routes"][:, :w] = arr["routes"][:, :w]
     out["advantages"] = np.asarray(advantages, np.float32).reshape(n)
     out["lengths"] = np.maximum(arr["lengths"] - 1, 1).astype(np.int32)
     return out
 
 
+def route_mismatch(own: jax.Array, recorded: jax.Array, valid: jax.Array) -> jax.Array:
+    """Share of (valid position, layer) pairs where the sets of experts `own` and `recorded` [B,T,L,k] differ;
+    positions whose recorded row is −1 (never fed by the engine) do not count."""
+    differ = jnp.any(jnp.sort(own, axis=-1) != jnp.sort(recorded.astype(own.dtype), axis=-1), axis=-1)
+    counted = valid[:, :, None] & (recorded[..., 0] >= 0)
+    return jnp.where(counted, differ, False).sum() / jnp.maximum(counted.sum(), 1)
+
+
+def _replayed(batch, replay: bool):
+    """The routes `hidden_states` replays: the batch's recorded ones with replay=True, else None."""
+    if replay and "routes" not in batch:
+        raise ValueError("routing replay: the training batch has no routes (the engine must record them)")
+    return batch["routes"] if replay else None
+
+
 def grpo_loss_fn(model_cfg: ModelConfig, reward_cfg: RewardConfig, *, temperature: float, chunk: int = 4096,
-                 aux_coef: float = 0.0, remat: bool = False):
+                 aux_coef: float = 0.0, remat: bool = False, replay: bool = False):
     """loss_fn(params, batch, key) for `make_train_step` over the training batch (module docstring).
 
     Metrics: actor/pg_loss, actor/entropy (the sampled-token estimate −E[log π] over valid tokens),
     rollout_corr/{kl, is_mean, is_max, frac_truncated} (from `policy_loss`: kl = mean log μ − log π),
     rollout_corr/ess (the effective sample size of the token weights w = π/μ as a share: (Σw)² / (n Σw²)),
-    canary/logp_abs_diff_mean and canary/logp_abs_diff_max (|log π − log μ| over valid tokens), router_aux;
+    canary/logp_abs_diff_mean and canary/logp_abs_diff_max (|log π − log μ| over valid tokens), router_aux,
+    rollout_corr/route_mismatch (`route_mismatch`, when the batch has routes; replay=True routes as they say);
     weight = the rows with a trained token (the loss is a mean over them, so micro-batches combine exactly).
     With `batch["logp_old"]` (several optimizer steps per rollout batch) the PPO clip of reward_cfg applies.
     """
@@ -246,7 +272,8 @@ def grpo_loss_fn(model_cfg: ModelConfig, reward_cfg: RewardConfig, *, temperatur
         del key
         ids = batch["input_ids"]
         valid = jnp.arange(ids.shape[1])[None, :] < batch["lengths"][:, None]
-        h, aux = hidden_states(params, ids, model_cfg, remat=remat, return_aux=True, valid=valid)
+        h, aux = hidden_states(params, ids, model_cfg, remat=remat, return_aux=True, valid=valid,
+                               routes=_replayed(batch, replay))
         logp = token_logprobs(h.astype(jnp.float32) * inv_t, params.unembed, batch["targets"], chunk=chunk)
         mask = batch["loss_mask"].astype(bool)
         loss, m = policy_loss(logp, batch["logp_infer"], batch["advantages"], mask, reward_cfg,
@@ -268,20 +295,24 @@ def grpo_loss_fn(model_cfg: ModelConfig, reward_cfg: RewardConfig, *, temperatur
         }
         if "clip_frac" in m:
             metrics["actor/clip_frac"] = m["clip_frac"]
+        if "routes" in batch:
+            metrics["rollout_corr/route_mismatch"] = route_mismatch(aux["routes_own"], batch["routes"], valid)
         return loss + aux_coef * router, metrics
 
     return loss_fn
 
 
-def old_logprobs_fn(model_cfg: ModelConfig, *, temperature: float, chunk: int = 4096, mesh: Mesh | None = None):
+def old_logprobs_fn(model_cfg: ModelConfig, *, temperature: float, chunk: int = 4096, mesh: Mesh | None = None,
+                    replay: bool = False):
     """jit(params, batch) -> log π_old [B, W] (the behaviour policy of the PPO-clipped variant), no gradient; per
-    batch shard of `mesh` where the train step runs per shard too (`searchjax.train.step.shards_explicitly`)."""
+    batch shard of `mesh` where the train step runs per shard too (`searchjax.train.step.shards_explicitly`);
+    replay=True routes as the batch's recorded routes (as `grpo_loss_fn`)."""
     inv_t = 1.0 / float(temperature)
 
     def fn(params, batch):
         ids = batch["input_ids"]
         valid = jnp.arange(ids.shape[1])[None, :] < batch["lengths"][:, None]
-        h = hidden_states(params, ids, model_cfg, valid=valid)
+        h = hidden_states(params, ids, model_cfg, valid=valid, routes=_replayed(batch, replay))
         return jnp.where(batch["loss_mask"].astype(bool),
                          token_logprobs(h.astype(jnp.float32) * inv_t, params.unembed, batch["targets"],
                                         chunk=chunk), 0.0)

@@ -25,8 +25,8 @@ from searchjax.rewards.rubrics import RuleJudge
 from searchjax.rollout.records import RolloutRecord
 from searchjax.train.config import load_train_config
 from searchjax.train.grpo import GRPOConfig, prompt_sources
-from searchjax.train.rl import (ReferenceCache, RLPrompt, base_reward, grpo_loss_fn, train_arrays,
-                                width_bucket)
+from searchjax.train.rl import (ReferenceCache, RLPrompt, base_reward, grpo_loss_fn, old_logprobs_fn,
+                                train_arrays, width_bucket)
 from tests.train.conftest import read_metrics
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "train" / "grpo_tiny.yaml"
@@ -115,6 +115,40 @@ def test_loss_log_probs_use_the_sampling_temperature():
     assert float(m["rollout_corr/ess"]) == pytest.approx(1.0, abs=1e-6)
     _, m1 = grpo_loss_fn(cfg, RewardConfig(), temperature=1.0, chunk=64)(params, batch, None)
     assert float(m1["canary/logp_abs_diff_max"]) > 1e-2  # T = 1 is not the distribution sampled from
+
+
+def test_routing_replay_follows_the_engines_experts():
+    """The engine sent token 5 of row 0 to another expert than the trainer's router picks (as a router near-tie
+    broken differently does): without replay every later log π moves and the canary fires; with replay the
+    trainer routes as the engine did and the canary holds; route_mismatch counts the disagreement either way."""
+    from searchjax import model as M
+
+    cfg = M.load_preset("tiny").replace(vocab_size=257)
+    params = M.init_params(cfg, jax.random.key(0))
+    ids = jnp.asarray(np.random.default_rng(1).integers(0, 257, (2, 12)), jnp.int32)
+    targets = jnp.roll(ids, -1, axis=1)
+    own = M.forward(params, ids, cfg, return_aux=True)[1]["routes_own"]
+    engine_routes = np.asarray(own).copy()
+    used = set(engine_routes[0, 5, 0].tolist())  # token 5's experts in layer 0: one of them replaced
+    engine_routes[0, 5, 0, 0] = next(e for e in range(cfg.num_experts) if e not in used)
+    logits = M.forward(params, ids, cfg, routes=jnp.asarray(engine_routes))
+    mu = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), targets[..., None], -1)[..., 0]
+    mask = jnp.ones((2, 12), jnp.int32).at[:, :3].set(0)
+    batch = {"input_ids": ids, "targets": targets, "loss_mask": mask, "logp_infer": jnp.where(mask > 0, mu, 0.0),
+             "advantages": jnp.asarray([1.0, -1.0]), "lengths": jnp.asarray([12, 12]),
+             "routes": jnp.asarray(engine_routes, jnp.int16)}
+    _, off = grpo_loss_fn(cfg, RewardConfig(), temperature=1.0, chunk=64)(params, batch, None)
+    _, on = grpo_loss_fn(cfg, RewardConfig(), temperature=1.0, chunk=64, replay=True)(params, batch, None)
+    assert float(off["canary/logp_abs_diff_max"]) > 1e-4
+    assert float(on["canary/logp_abs_diff_max"]) <= 1e-5
+    share = 1 / (12 * 2 * cfg.num_hidden_layers)  # one (position, layer) pair of the 24 valid positions × layers
+    assert float(off["rollout_corr/route_mismatch"]) == pytest.approx(share)
+    assert float(on["rollout_corr/route_mismatch"]) == pytest.approx(share)
+    old = old_logprobs_fn(cfg, temperature=1.0, chunk=64, replay=True)(params, batch)
+    np.testing.assert_allclose(np.asarray(old), np.asarray(batch["logp_infer"]), atol=1e-5)
+    with pytest.raises(ValueError, match="no routes"):
+        grpo_loss_fn(cfg, RewardConfig(), temperature=1.0, chunk=64, replay=True)(
+            params, {k: v for k, v in batch.items() if k != "routes"}, None)
 
 
 @pytest.mark.parametrize("override,message", [
@@ -229,7 +263,7 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
              "reward/frac_zero_std_groups", "response_length", "ref_length", "tool_calls", "failed_calls",
              "finish_reason/answer", "rollout_corr/kl", "rollout_corr/is_mean", "rollout_corr/is_max",
              "rollout_corr/frac_truncated", "rollout_corr/ess", "canary/logp_abs_diff_mean",
-             "canary/logp_abs_diff_max", "actor/pg_loss", "actor/entropy", "grad_norm", "lr", "weights/version",
+             "canary/logp_abs_diff_max", "rollout_corr/route_mismatch", "actor/pg_loss", "actor/entropy", "grad_norm", "lr", "weights/version",
              "timing_s/rollout", "timing_s/reference", "timing_s/reward", "timing_s/train", "timing_s/sync",
              "timing_s/checkpoint", "perf/tokens_per_s")
     for row in rows:
