@@ -236,12 +236,14 @@ def train_arrays(records: Sequence[RolloutRecord], advantages: np.ndarray, *, pa
     return out
 
 
-def route_mismatch(own: jax.Array, recorded: jax.Array, valid: jax.Array) -> jax.Array:
-    """Share of (valid position, layer) pairs where the sets of experts `own` and `recorded` [B,T,L,k] differ;
-    positions whose recorded row is −1 (never fed by the engine) do not count."""
+def route_mismatch(own: jax.Array, recorded: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(share, rows): the share of (valid position, layer) pairs where the sets of experts `own` and `recorded`
+    [B,T,L,k] differ, and [B] bool, the rows with at least one such pair; positions whose recorded row is −1
+    (never fed by the engine) do not count."""
     differ = jnp.any(jnp.sort(own, axis=-1) != jnp.sort(recorded.astype(own.dtype), axis=-1), axis=-1)
     counted = valid[:, :, None] & (recorded[..., 0] >= 0)
-    return jnp.where(counted, differ, False).sum() / jnp.maximum(counted.sum(), 1)
+    hit = jnp.where(counted, differ, False)
+    return hit.sum() / jnp.maximum(counted.sum(), 1), jnp.any(hit, axis=(1, 2))
 
 
 def _replayed(batch, replay: bool):
@@ -259,7 +261,9 @@ def grpo_loss_fn(model_cfg: ModelConfig, reward_cfg: RewardConfig, *, temperatur
     rollout_corr/{kl, is_mean, is_max, frac_truncated} (from `policy_loss`: kl = mean log μ − log π),
     rollout_corr/ess (the effective sample size of the token weights w = π/μ as a share: (Σw)² / (n Σw²)),
     canary/logp_abs_diff_mean and canary/logp_abs_diff_max (|log π − log μ| over valid tokens), router_aux,
-    rollout_corr/route_mismatch (`route_mismatch`, when the batch has routes; replay=True routes as they say);
+    rollout_corr/route_mismatch (`route_mismatch`, when the batch has routes; replay=True routes as they say) and
+    canary/logp_abs_diff_max_same_routes (the canary over the rows whose every token the trainer's router sent
+    where the engine's did: ≤ 1e-4 whatever the routing flips, so a weight-sync or numerics bug still shows);
     weight = the rows with a trained token (the loss is a mean over them, so micro-batches combine exactly).
     With `batch["logp_old"]` (several optimizer steps per rollout batch) the PPO clip of reward_cfg applies.
     """
@@ -296,7 +300,9 @@ def grpo_loss_fn(model_cfg: ModelConfig, reward_cfg: RewardConfig, *, temperatur
         if "clip_frac" in m:
             metrics["actor/clip_frac"] = m["clip_frac"]
         if "routes" in batch:
-            metrics["rollout_corr/route_mismatch"] = route_mismatch(aux["routes_own"], batch["routes"], valid)
+            share, rows = route_mismatch(aux["routes_own"], batch["routes"], valid)
+            metrics["rollout_corr/route_mismatch"] = share
+            metrics["canary/logp_abs_diff_max_same_routes"] = jnp.where(rows[:, None], 0.0, diff).max()
         return loss + aux_coef * router, metrics
 
     return loss_fn

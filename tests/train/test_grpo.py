@@ -144,6 +144,8 @@ def test_routing_replay_follows_the_engines_experts():
     share = 1 / (12 * 2 * cfg.num_hidden_layers)  # one (position, layer) pair of the 24 valid positions × layers
     assert float(off["rollout_corr/route_mismatch"]) == pytest.approx(share)
     assert float(on["rollout_corr/route_mismatch"]) == pytest.approx(share)
+    # Row 1 has no mismatch: the canary over the rows routed alike holds without replay too.
+    assert float(off["canary/logp_abs_diff_max_same_routes"]) <= 1e-5
     old = old_logprobs_fn(cfg, temperature=1.0, chunk=64, replay=True)(params, batch)
     np.testing.assert_allclose(np.asarray(old), np.asarray(batch["logp_infer"]), atol=1e-5)
     with pytest.raises(ValueError, match="no routes"):
@@ -263,7 +265,8 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
              "reward/frac_zero_std_groups", "response_length", "ref_length", "tool_calls", "failed_calls",
              "finish_reason/answer", "rollout_corr/kl", "rollout_corr/is_mean", "rollout_corr/is_max",
              "rollout_corr/frac_truncated", "rollout_corr/ess", "canary/logp_abs_diff_mean",
-             "canary/logp_abs_diff_max", "rollout_corr/route_mismatch", "actor/pg_loss", "actor/entropy", "grad_norm", "lr", "weights/version",
+             "canary/logp_abs_diff_max", "canary/logp_abs_diff_max_same_routes", "rollout_corr/route_mismatch",
+             "actor/pg_loss", "actor/entropy", "grad_norm", "lr", "weights/version",
              "timing_s/rollout", "timing_s/reference", "timing_s/reward", "timing_s/train", "timing_s/sync",
              "timing_s/checkpoint", "perf/tokens_per_s")
     for row in rows:
