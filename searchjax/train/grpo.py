@@ -269,13 +269,15 @@ def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, 
 
 def check_replicated(records, t: int) -> None:
     """Every process must have produced the same rollouts (each trains on its rows of them): compare a digest of
-    every record's tokens and log-probs across processes, and fail naming the step when they differ."""
+    every record's tokens, log-probs and routes across processes, and fail naming the step when they differ."""
     from jax.experimental import multihost_utils
 
     h = hashlib.sha256()
     for r in records:
         h.update(np.asarray(r.tokens, np.int32).tobytes())
         h.update(np.asarray(r.logprobs, np.float32).tobytes())
+        if r.routes is not None:
+            h.update(np.ascontiguousarray(r.routes, np.int16).tobytes())
     digest = np.frombuffer(h.digest(), np.uint32)
     multihost_utils.assert_equal(digest, fail_message=f"grpo step {t + 1}: the processes' rollouts differ (same "
                                                       "prompts, keys and weights must give the same tokens)")
