@@ -123,12 +123,19 @@ def main(argv=None) -> int:
                                                overrides), [str(data)], None)
         summary = sft.run_sft(cfg, model, d / "run")
         rows = [json.loads(x) for x in (d / "run" / "metrics.jsonl").read_text().splitlines()]
-        seen, loop_t, loop_steps = set(), [], []
-        for r in rows:
-            if "perf/step_time_s" in r and r["data/width"] in seen:
+        # Timed: steps whose width was compiled before, and whose successor's was too. The loop reads step t's
+        # metrics after dispatching step t + 1, and dispatching a new width compiles it first, so step t's
+        # perf/step_time_s then holds that compilation.
+        steps = [r for r in rows if "data/width" in r]
+        first = {}
+        for i, r in enumerate(steps):
+            first.setdefault(r["data/width"], i)
+        loop_t, loop_steps = [], []
+        for i, r in enumerate(steps):
+            nxt = steps[i + 1]["data/width"] if i + 1 < len(steps) else r["data/width"]
+            if "perf/step_time_s" in r and first[r["data/width"]] < i and first[nxt] <= i:
                 loop_t.append(r["perf/step_time_s"])
                 loop_steps.append(r)
-            seen.add(r["data/width"])
         nonpad = np.mean([r["data/nonpad_frac"] for r in rows if "data/nonpad_frac" in r])
 
         # The bare step: the same loss, optimizer and shapes, on device-resident batches, no loop around it.
