@@ -289,6 +289,21 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
     assert summary["stage"] == "grpo" and summary["steps"] == 3
 
 
+@pytest.mark.slow
+def test_grpo_with_routing_replay_runs_and_keeps_the_canary(rl_workspace, tmp_path):
+    """rollout.routing_replay=true end to end: the engine's recorded routes reach the trainer's forward."""
+    out = tmp_path / "replay"
+    args = [a for a in RUN_ARGS if not a.startswith(("steps=", "save_every="))]
+    r = subprocess.run(_cmd(rl_workspace, out, *args, "steps=2", "save_every=0", "rollout.routing_replay=true"),
+                       capture_output=True, text=True, env=_env(), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = read_metrics(out)
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["canary/logp_abs_diff_max"] <= 1e-4 and row["canary/logp_abs_diff_max_same_routes"] <= 1e-4
+        assert 0 <= row["rollout_corr/route_mismatch"] <= 1
+
+
 def _committed(run: Path, step: int) -> bool:
     return (run / "checkpoints" / str(step) / "meta").exists()
 
