@@ -131,7 +131,9 @@ def test_serve_command_answers_decode_on_loopback(model_dir, tokenizer):
         assert 1 <= len(ids) <= 4 and text == "".join(tokenizer.decode([i]) for i in ids)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        # A clean exit is the check; on the 2-core CI machine, beside the suite's other worker, stopping
+        # JetStream's driver threads once took over 60 s (session 7), so the wait is generous.
+        proc.wait(timeout=240)
     assert proc.returncode == 0
 
 
