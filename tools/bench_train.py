@@ -1,11 +1,12 @@
 """Training-loop benchmarks (issue 10 §7), every figure a ratio measured side by side in one run.
 
-    JAX_PLATFORMS=cpu python tools/bench_train.py [--preset small] [--steps 12]
+    JAX_PLATFORMS=cpu python tools/bench_train.py [--preset small] [--steps 12] [--batch 2] [--pack-len 4096]
 
 1. the SFT loop's useful FLOP/s ÷ this machine's fp32 matmul peak (measured here), beside the bare step's
 2. loop ÷ bare jitted step: the same step function on the same batch shapes, timed alone   target ≥ 0.95
    (data, metrics and checkpointing hidden behind the device)
-3. non-padding share of trained tokens of the bucketed SFT batches                          target ≥ 0.9
+3. non-padding share of trained tokens: the loop's batches (packed rows of --pack-len tokens; --pack-len 0:
+   length buckets 1024/1536/2048), beside the bucketed batches of the same data at 2× the batch    target ≥ 0.9
 4. checkpoint save and restore time of the preset's train state, and the host memory peak while restoring
    ÷ the state's bytes (one host's shard in a 1-process run)                               target ≤ 1.5
 The SFT data comes from a small offline world (trajectories with 3 results per search, a 4,096-id BPE on the
@@ -67,6 +68,45 @@ def build_data(d: Path, preset: str) -> tuple[Path, Path]:
     return d / "sft.jsonl", d / "model"
 
 
+def _train_batches(cfg, tokenizer, batch_size: int, packed: bool):
+    """The SFT stage's training batches (numpy, this process's rows), as `searchjax.train.sft` builds them."""
+    from searchjax.data.bucketing import bucketed_dataset
+    from searchjax.data.packing import packed_dataset
+    from searchjax.data.pipeline import Encoder, load_sources
+    from searchjax.train import sft
+
+    pipe = sft._pipeline(cfg, cfg.data.sources)
+    records, _ = sft.split_records(cfg, load_sources(pipe)[0])
+    enc = Encoder(tokenizer, pipe)
+    if packed:
+        return iter(packed_dataset(pipe, enc, records, batch_size=batch_size, pack_len=cfg.data.pack_len,
+                                   bins=cfg.data.pack_bins))
+    return iter(bucketed_dataset(pipe, enc, records, batch_size=batch_size, window_batches=cfg.data.window_batches,
+                                 buckets=cfg.data.buckets).to_iter_dataset())
+
+
+def bucketed_nonpad(cfg, model, batch_size: int, steps: int) -> float:
+    """Real-token share of the first `steps` length-bucketed batches of `batch_size` rows of the same data."""
+    from searchjax.chat import load_tokenizer
+
+    it = _train_batches(cfg, load_tokenizer(Path(model) / "tokenizer.json"), batch_size, packed=False)
+    batches = [next(it) for _ in range(steps)]
+    return float(sum(b["lengths"].sum() for b in batches) / sum(b["input_ids"].size for b in batches))
+
+
+def first_batches(cfg, start) -> dict[int, dict[str, np.ndarray]]:
+    """The first training batch of each width among the run's first 4·steps batches (the step's arrays only)."""
+    from searchjax.train.causal import BATCH_KEYS
+
+    keys = BATCH_KEYS + (("segments",) if cfg.data.pack_len else ())
+    it = _train_batches(cfg, start.tokenizer, cfg.batch_size, packed=bool(cfg.data.pack_len))
+    out = {}
+    for _ in range(4 * cfg.steps):
+        b = next(it)
+        out.setdefault(b["input_ids"].shape[1], {k: b[k] for k in keys})
+    return out
+
+
 def rss_bytes() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -97,7 +137,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="small")
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=2, help="rows per step (packed rows hold ~3 examples)")
+    ap.add_argument("--pack-len", type=int, default=4096, help="packed row length (0: length buckets)")
     args = ap.parse_args(argv)
 
     from searchjax.config import configs_dir
@@ -116,12 +157,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         data, model = build_data(d, args.preset)
+        buckets = ["data.buckets=[1024,1536,2048]", "data.window_batches=16"]
         overrides = [f"steps={args.steps}", f"batch_size={args.batch}", "log_every=1", "eval_every=0",
                      f"save_every={args.steps // 2}", "progress=false", "data.max_len=2048",
-                     "data.buckets=[1024,1536,2048]", "data.window_batches=16"]
+                     f"data.pack_len={args.pack_len}", "data.pack_bins=16", *buckets]
         cfg = sft.with_files(load_train_config(sft.SFTConfig, configs_dir() / "train" / "sft_science.yaml",
                                                overrides), [str(data)], None)
         summary = sft.run_sft(cfg, model, d / "run")
+        bucketed_share = bucketed_nonpad(cfg, model, 2 * args.batch, args.steps)
         rows = [json.loads(x) for x in (d / "run" / "metrics.jsonl").read_text().splitlines()]
         # Timed: steps whose width was compiled before, and whose successor's was too. The loop reads step t's
         # metrics after dispatching step t + 1, and dispatching a new width compiles it first, so step t's
@@ -138,7 +181,8 @@ def main(argv=None) -> int:
                 loop_steps.append(r)
         nonpad = np.mean([r["data/nonpad_frac"] for r in rows if "data/nonpad_frac" in r])
 
-        # The bare step: the same loss, optimizer and shapes, on device-resident batches, no loop around it.
+        # The bare step: the same loss, optimizer and shapes, on device-resident batches (the run's own first
+        # batch of each width, segments included), no loop around it.
         mesh = run_mesh(cfg)
         start = start_model(model, mesh)
         tx = make_optimizer(cfg.optim, cfg.steps)
@@ -147,11 +191,9 @@ def main(argv=None) -> int:
         step = make_train_step(loss, tx, lr_fn=lr_schedule(cfg.optim, cfg.steps), mesh=mesh,
                                state_shardings=jax.tree.map(lambda x: x.sharding, state))
         bare = {}
-        rng = np.random.default_rng(0)
+        samples = first_batches(cfg, start)
         for width in sorted({int(r["data/width"]) for r in loop_steps}):
-            ids = rng.integers(0, start.cfg.vocab_size, (args.batch, width)).astype(np.int32)
-            batch = device_batch({"input_ids": ids, "targets": ids, "loss_mask": np.ones_like(ids),
-                                  "lengths": np.full((args.batch,), width, np.int32)}, mesh)
+            batch = device_batch(samples[width], mesh)
             state, m = step(state, batch)
             jax.block_until_ready(m)
             times = []
@@ -183,6 +225,8 @@ def main(argv=None) -> int:
         "preset": args.preset, "batch": args.batch, "steps": args.steps, "timed_steps": len(loop_t),
         "loop_flops_per_peak": round(loop_rate / peak, 3), "bare_flops_per_peak": round(bare_rate / peak, 3),
         "loop_over_bare": round(loop_rate / bare_rate, 3), "nonpad_share": round(float(nonpad), 3),
+        "nonpad_share_bucketed_2x_batch": round(bucketed_share, 3), "pack_len": args.pack_len,
+        "data_s_per_step": round(float(np.median([r["timing_s/data"] for r in loop_steps])), 4),
         "state_MiB": round(state_bytes / 2**20, 1), "save_s": round(save_s, 2), "restore_s": round(restore_s, 2),
         "restore_peak_rss_over_state": round((mem.peak - mem.base) / state_bytes, 2),
         "train_s": summary["train_s"],

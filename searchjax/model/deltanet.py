@@ -25,16 +25,24 @@ def l2norm(x: jax.Array, eps: float = 1e-6) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
-def causal_conv(x: jax.Array, w: jax.Array, state: jax.Array, valid_len: jax.Array):
+def causal_conv(x: jax.Array, w: jax.Array, state: jax.Array, valid_len: jax.Array, seg: jax.Array | None = None):
     """Depthwise causal conv + SiLU over time, continuing from `state`.
 
     x [B,T,...] new inputs; w [Kc,...]; state [B,Kc,...] the previous Kc inputs (zeros at sequence start).
     out[t] = silu(Σ_j w[j]·full[t+1+j]) with full = concat(state, x); the new state is the last Kc *valid* inputs,
     full[n_b : n_b+Kc] for valid_len n_b (right-padded rows). Computed in the weight dtype (HF conv1d).
+    seg [B,T] (packed rows, state zero): input s enters out[t] only if seg[s] = seg[t], so each segment's conv
+    starts from zeros as it would alone.
     """
     kc, t = w.shape[0], x.shape[1]
     full = jnp.concatenate([state.astype(x.dtype), x], axis=1)
-    acc = sum(full[:, 1 + j: 1 + j + t].astype(F32) * w[j].astype(F32) for j in range(kc))
+    if seg is None:
+        acc = sum(full[:, 1 + j: 1 + j + t].astype(F32) * w[j].astype(F32) for j in range(kc))
+    else:
+        segs = jnp.concatenate([jnp.full((seg.shape[0], kc), -1, seg.dtype), seg], axis=1)
+        same = [(segs[:, 1 + j: 1 + j + t] == seg).reshape(seg.shape + (1,) * (x.ndim - 2)) for j in range(kc)]
+        acc = sum(jnp.where(same[j], full[:, 1 + j: 1 + j + t].astype(F32), 0.0) * w[j].astype(F32)
+                  for j in range(kc))
     out = jax.nn.silu(acc.astype(w.dtype))
     take = lambda f, n: jax.lax.dynamic_slice_in_dim(f, n, kc, axis=0)  # noqa: E731
     new_state = jax.vmap(take)(full, valid_len.astype(jnp.int32))
@@ -106,25 +114,35 @@ def _expand_heads(q, k, nv):
     return jnp.repeat(q, r, axis=2), jnp.repeat(k, r, axis=2)
 
 
-def _chunk_step(s, q, k, v, g, beta):
+def _chunk_step(s, q, k, v, g, beta, reset=None):
     """One chunk of the UT-transform recursion for every (batch·head) row: s [R,Dk,Dv]; q, k [R,C,Dk], v [R,C,Dv],
-    g/beta [R,C]. Returns (new s, o [R,C,Dv]); see `chunked_delta_rule` for the maths."""
+    g/beta [R,C]; reset [R,C] (packed rows: 1 where a segment starts). Returns (new s, o [R,C,Dv]); see
+    `chunked_delta_rule` for the maths."""
     c, dv = k.shape[1], v.shape[-1]
     gam = jnp.cumsum(g, axis=-1)
     lower = jnp.tril(jnp.ones((c, c), bool))
-    decay = jnp.exp(jnp.where(lower, gam[..., :, None] - gam[..., None, :], -jnp.inf))
-    kb, eg = k * beta[..., None], jnp.exp(gam)[..., None]
+    if reset is None:
+        decay = jnp.exp(jnp.where(lower, gam[..., :, None] - gam[..., None, :], -jnp.inf))
+        kb, eg = k * beta[..., None], jnp.exp(gam)[..., None]
+        tail, carry = jnp.exp(gam[..., -1:] - gam), jnp.exp(gam[..., -1])
+    else:  # n = segments started in the chunk up to t: tokens interact iff their n agree; S enters where n = 0
+        n = jnp.cumsum(reset, axis=-1)
+        same = lower & (n[..., :, None] == n[..., None, :])
+        decay = jnp.exp(jnp.where(same, gam[..., :, None] - gam[..., None, :], -jnp.inf))
+        kb, eg = k * beta[..., None], jnp.where(n == 0, jnp.exp(gam), 0.0)[..., None]
+        tail = jnp.where(n == n[..., -1:], jnp.exp(gam[..., -1:] - gam), 0.0)
+        carry = jnp.where(n[..., -1] == 0, jnp.exp(gam[..., -1]), 0.0)
     a = jnp.concatenate([kb, q], 1) @ jnp.swapaxes(k, 1, 2)  # [K_β; Q] Kᵀ in one matmul
     strict, aqk = jnp.tril(a[:, :c] * decay, -1), a[:, c:] * decay
     uw = _inverse(strict) @ jnp.concatenate([v * beta[..., None], kb * eg], -1)  # [U | W]
     ws = jnp.concatenate([uw[..., dv:], q * eg], 1) @ s  # [W S; (Q⊙e^γ) S]
     v_new = uw[..., :dv] - ws[:, :c]
     o = ws[:, c:] + aqk @ v_new
-    kd = k * jnp.exp(gam[..., -1:] - gam)[..., None]
-    return s * jnp.exp(gam[..., -1])[..., None, None] + jnp.swapaxes(kd, 1, 2) @ v_new, o
+    kd = k * tail[..., None]
+    return s * carry[..., None, None] + jnp.swapaxes(kd, 1, 2) @ v_new, o
 
 
-def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
+def chunked_delta_rule(q, k, v, g, beta, state, chunk: int, seg: jax.Array | None = None):
     """Chunked gated delta rule (§3.4, HF torch_chunk_gated_delta_rule), all fp32.
 
     q, k [B,T,Nv,Dk] (l2-normed, q already scaled), v [B,T,Nv,Dv], g/beta [B,T,Nv], state [B,Nv,Dk,Dv].
@@ -137,13 +155,21 @@ def chunked_delta_rule(q, k, v, g, beta, state, chunk: int):
     beats precomputing them batched over all chunks (those [chunks, rows, C, ·] buffers fall out of cache), and
     transposing whole inputs into chunk-major order costs more than the loop saves. The gradient is
     `_delta_rule_bwd`: a reverse loop over chunks that recomputes each chunk from its stored start state.
+
+    Packed rows (seg [B,T] segment ids, `state` zero): S is reset to 0 before the first token of every segment,
+    S_t = β_t k_t v_tᵀ there, so each segment's outputs are those it would have alone. Inside a chunk, with
+    n_t = the number of segments started in the chunk up to t, D_ij is kept only where n_i = n_j, the chunk's
+    start state enters only where n = 0, and the carried state keeps only the last segment's tokens.
     """
     b, t, nv, dk = k.shape
     dv, pad = v.shape[-1], (-t) % chunk
     xs = tuple(x.astype(F32) for x in (q, k, v, g, beta))
+    if seg is not None:
+        starts = jnp.concatenate([jnp.ones_like(seg[:, :1], bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+        xs = xs + (jnp.broadcast_to(starts.astype(F32)[..., None], (b, t, nv)),)
     if pad:
         xs = tuple(jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) for x in xs)
-    o, state = _delta_rule(*xs, state.astype(F32).reshape(b * nv, dk, dv), chunk)
+    o, state = _delta_rule(xs, state.astype(F32).reshape(b * nv, dk, dv), chunk)
     return o[:, :t], state.reshape(b, nv, dk, dv)
 
 
@@ -178,15 +204,15 @@ def _delta_rule_loop(xs, s0, chunk: int, keep_states: bool):
     return o, s, states
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
-def _delta_rule(q, k, v, g, beta, s0, chunk: int):
-    """The chunk loop on fp32 inputs whose length is a multiple of chunk; s0 [B·Nv,Dk,Dv]. Returns (o, final s)."""
-    o, s, _ = _delta_rule_loop((q, k, v, g, beta), s0, chunk, keep_states=False)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _delta_rule(xs, s0, chunk: int):
+    """The chunk loop on fp32 inputs xs = (q, k, v, g, β[, reset]) whose length is a multiple of chunk;
+    s0 [B·Nv,Dk,Dv]. Returns (o, final s)."""
+    o, s, _ = _delta_rule_loop(xs, s0, chunk, keep_states=False)
     return o, s
 
 
-def _delta_rule_fwd(q, k, v, g, beta, s0, chunk: int):
-    xs = (q, k, v, g, beta)
+def _delta_rule_fwd(xs, s0, chunk: int):
     o, s, states = _delta_rule_loop(xs, s0, chunk, keep_states=True)
     return (o, s), (xs, states)
 
@@ -207,7 +233,7 @@ def _delta_rule_bwd(chunk: int, res, cts):
 
     grads = tuple(jnp.zeros_like(x) for x in xs)
     ds, grads = jax.lax.fori_loop(0, states.shape[0], body, (ds, grads))
-    return (*grads, ds)
+    return grads, ds
 
 
 _delta_rule.defvjp(_delta_rule_fwd, _delta_rule_bwd)
@@ -253,18 +279,19 @@ def _output(p, o, z, x, cfg: ModelConfig):
     return jnp.einsum("BTNH,NHD->BTD", o, p.wo)
 
 
-def deltanet(p, x, valid, conv_state, rec_state, cfg: ModelConfig):
+def deltanet(p, x, valid, conv_state, rec_state, cfg: ModelConfig, seg: jax.Array | None = None):
     """Gated DeltaNet over a chunk of tokens (chunked algorithm), continuing from conv/recurrent states.
 
     x [B,T,D]; valid [B,T] (right-padded: a prefix of each row); conv_state = (q, k, v) previous Kc pre-conv
     inputs [B,Kc,·,·]; rec_state [B,Nv,Dk,Dv] fp32. Returns (out [B,T,D], new conv_state, new rec_state).
+    seg [B,T]: segment ids of packed rows (zero starting states): conv and delta rule restart at every segment.
     """
     qkv, z, beta, g = _projections(p, x, cfg)
     n = jnp.sum(valid, axis=1)
-    conv = [causal_conv(t, w, s, n) for t, w, s in zip(qkv, (p.conv_q, p.conv_k, p.conv_v), conv_state)]
+    conv = [causal_conv(t, w, s, n, seg) for t, w, s in zip(qkv, (p.conv_q, p.conv_k, p.conv_v), conv_state)]
     qkv, conv_state = tuple(c[0] for c in conv), tuple(c[1] for c in conv)
     q, k, v, g, beta = _prepare(qkv, beta, g, valid, cfg.linear_num_value_heads)
-    o, rec_state = chunked_delta_rule(q, k, v, g, beta, rec_state, cfg.chunk_size)
+    o, rec_state = chunked_delta_rule(q, k, v, g, beta, rec_state, cfg.chunk_size, seg)
     return _output(p, o, z, x, cfg), conv_state, rec_state
 
 

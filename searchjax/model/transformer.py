@@ -109,9 +109,17 @@ def _zero_linear_state(cfg: ModelConfig, b: int, dtype):
     return conv, jnp.zeros((b, nv, dk, dv), F32)
 
 
+def segment_positions(segments: jax.Array) -> jax.Array:
+    """Position of each token inside its segment: t − (start of the run of equal ids holding t), [B,T] int32."""
+    t = jnp.arange(segments.shape[1], dtype=jnp.int32)
+    new = jnp.concatenate([jnp.ones_like(segments[:, :1], bool), segments[:, 1:] != segments[:, :-1]], axis=1)
+    return t - jax.lax.cummax(jnp.where(new, t, 0), axis=1)
+
+
 @functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
 def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False,
-                  return_aux: bool = False, valid: jax.Array | None = None, routes: jax.Array | None = None):
+                  return_aux: bool = False, valid: jax.Array | None = None, routes: jax.Array | None = None,
+                  segments: jax.Array | None = None):
     """Final-normed hidden states [B,T,D] of tokens [B,T] (no cache).
 
     valid [B,T] bool marks the real tokens of a right-padded batch (default: every token). It keeps padding out
@@ -123,15 +131,21 @@ def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat:
     routes [B,T,L,k] int (routing replay, `moe.route`): the experts token t of layer l goes to, as the inference
     engine recorded them (`prefill(..., return_routes=True)`, `decode_step`); −1 rows keep the router's own
     choice. aux["routes_own"] [B,T,L,k] i32 is the router's own top-k (to count where it differs from `routes`).
+    segments [B,T] int (packed rows): consecutive runs of one id are separate sequences; each starts at position
+    0 and sees only itself (attention masked by segment, DeltaNet conv and state restarted), so a token's hidden
+    state is the one it has in its sequence alone. Padding is a segment of its own (any id, e.g. 0).
     """
     b, t = tokens.shape
     x = _embed(params, tokens)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    if segments is not None:
+        segments = jnp.asarray(segments, jnp.int32)
+        pos = segment_positions(segments)
     every = jnp.ones((b, t), bool)
     conv0, state0 = _zero_linear_state(cfg, b, x.dtype)
     mixers = {
-        LINEAR: lambda p, xn, c: (deltanet(p, xn, every, conv0, state0, cfg)[0], None),
-        FULL: lambda p, xn, c: (gated_attention(p, xn, pos, cfg), None),
+        LINEAR: lambda p, xn, c: (deltanet(p, xn, every, conv0, state0, cfg, segments)[0], None),
+        FULL: lambda p, xn, c: (gated_attention(p, xn, pos, cfg, segments), None),
     }
     routed = every if valid is None else jnp.asarray(valid, bool)
     replay = None if routes is None else jnp.moveaxis(jnp.asarray(routes, jnp.int32), 2, 0)
@@ -143,10 +157,11 @@ def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat:
 
 @functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))
 def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, *, remat: bool = False, return_aux: bool = False,
-            valid: jax.Array | None = None, routes: jax.Array | None = None):
-    """Logits float32 [B,T,V] of int32 tokens [B,T] (§3.1); with return_aux=True, (logits, aux); `valid` and
-    `routes` (routing replay) as in hidden_states."""
-    out = hidden_states(params, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid, routes=routes)
+            valid: jax.Array | None = None, routes: jax.Array | None = None, segments: jax.Array | None = None):
+    """Logits float32 [B,T,V] of int32 tokens [B,T] (§3.1); with return_aux=True, (logits, aux); `valid`,
+    `routes` (routing replay) and `segments` (packed rows) as in hidden_states."""
+    out = hidden_states(params, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid, routes=routes,
+                        segments=segments)
     h, aux = out if return_aux else (out, None)
     logits = unembed(params, h)
     return (logits, aux) if return_aux else logits

@@ -1,7 +1,7 @@
 """The pieces the causal-LM stages (LM pretraining, SFT) share: the loss, the start model, eval, export, FLOPs.
 
-Loss over a batch {input_ids, targets, loss_mask, lengths} (RECIPE.md §1 for SFT; plain next-token for
-pretraining):
+Loss over a batch {input_ids, targets, loss_mask, lengths[, segments]} (RECIPE.md §1 for SFT; plain next-token
+for pretraining; `segments` marks the examples of packed rows, searchjax.data.packing):
 
     L = − Σ_{b,t} m_{b,t} log π(targets_{b,t} | input_ids_{b,≤t}) / Σ m  +  c_aux · L_aux
 
@@ -73,7 +73,8 @@ def next_token_loss(model_cfg: ModelConfig, *, remat: bool, chunk: int, aux_coef
         del key  # deterministic forward
         t = batch["input_ids"].shape[1]
         valid = jnp.arange(t)[None, :] < batch["lengths"][:, None]  # padding stays out of the router statistics
-        h, aux = hidden_states(params, batch["input_ids"], model_cfg, remat=remat, return_aux=True, valid=valid)
+        h, aux = hidden_states(params, batch["input_ids"], model_cfg, remat=remat, return_aux=True, valid=valid,
+                               segments=batch.get("segments"))
         nll, m = sft_loss(h, params.unembed, batch["targets"], batch["loss_mask"], chunk=chunk)
         loss = nll + aux_coef * aux["router_aux_loss"]
         return loss, {"nll": m["nll"], "n_tokens": m["n_tokens"], "weight": m["n_tokens"],

@@ -1,7 +1,8 @@
 """Stage 1 of the recipe, SFT warm-up (RECIPE.md §1): next-token loss on assistant tokens only.
 
 Data: the two-part SFT mix (tool-use trajectories and preference-style examples, `searchjax data sft` records)
-through Grain, length-bucketed (searchjax.data.bucketing) so a run compiles one step per bucket and pads little;
+through Grain, length-bucketed (searchjax.data.bucketing) so a run compiles one step per bucket and pads little,
+or packed several to a row (searchjax.data.packing, `data.pack_len`);
 dev loss every `eval_every` steps on the dev split. Loss: `searchjax.train.causal` (assistant-token NLL + the
 router load-balancing loss).
 """
@@ -14,6 +15,7 @@ from typing import Any, Literal
 
 from searchjax.data.bucketing import bucketed_dataset
 from searchjax.data.jsonl import DataError
+from searchjax.data.packing import packed_dataset
 from searchjax.data.pipeline import Encoder, PipelineConfig, SourceConfig, load_sources
 from searchjax.train.causal import BATCH_KEYS, flops_of, hf_export, make_evaluator, next_token_loss, \
     start_model
@@ -28,6 +30,9 @@ class SFTData:
 
     buckets: padded lengths a batch may take (max_len is always one); window_batches: batches sorted together
     (more = less padding, same shapes); eval_batches: dev batches per evaluation (padded to max_len: one compile).
+    pack_len > 0 packs the training examples into rows of that many tokens instead (searchjax.data.packing:
+    first-fit over `pack_bins` rows at a time; batch_size counts rows; one shape; buckets unused), for a far
+    smaller padding share when examples are longer than half of max_len; 0 buckets them.
     train_split: only rows whose `split` is this train (null: every row), so the held-out questions that
     `data synth-qa` marks "dev" never reach training; without dev sources, the rows of the training files whose
     split is "dev" are the dev set.
@@ -38,6 +43,8 @@ class SFTData:
     max_len: int = 2048
     buckets: tuple[int, ...] = (512, 1024, 2048)
     window_batches: int = 16
+    pack_len: int = 0
+    pack_bins: int = 16
     eval_batches: int = 4
     tool_budget: int = 5
     enable_thinking: bool = True
@@ -51,6 +58,9 @@ class SFTData:
                             f"{self.window_batches}, {self.eval_batches}, {self.max_len}")
         if any(b < 1 or b > self.max_len for b in self.buckets):
             raise TypeError(f"data.buckets {list(self.buckets)} must lie in [1, max_len={self.max_len}]")
+        if self.pack_len and self.pack_len < self.max_len or self.pack_len < 0 or self.pack_bins < 1:
+            raise TypeError(f"data.pack_len: 0 (bucketing) or >= max_len={self.max_len}, got {self.pack_len}; "
+                            f"data.pack_bins >= 1, got {self.pack_bins}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,9 +118,15 @@ def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool 
     start = start_model(model, mesh)
     run = prepare_run_dir(out, "sft", cfg, overwrite)
     encoder = Encoder(start.tokenizer, train_pipe)
-    dataset = bucketed_dataset(train_pipe, encoder, records, batch_size=cfg.batch_size, window_batches=cfg.data.window_batches,
-                               buckets=cfg.data.buckets)
-    iterator = iter(dataset.to_iter_dataset())
+    if cfg.data.pack_len:
+        iterator = iter(packed_dataset(train_pipe, encoder, records, batch_size=cfg.batch_size,
+                                       pack_len=cfg.data.pack_len, bins=cfg.data.pack_bins))
+        keys = BATCH_KEYS + ("segments",)
+    else:
+        iterator = iter(bucketed_dataset(train_pipe, encoder, records, batch_size=cfg.batch_size,
+                                         window_batches=cfg.data.window_batches,
+                                         buckets=cfg.data.buckets).to_iter_dataset())
+        keys = BATCH_KEYS
     aux = start.cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
     loss_fn = next_token_loss(start.cfg, remat=cfg.remat, chunk=cfg.loss_chunk, aux_coef=aux)
     evaluate = None
@@ -126,7 +142,7 @@ def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool 
     return run_supervised(Supervised(
         stage="sft", cfg=cfg, run=run, mesh=mesh, abstract_params=start.abstract, param_shardings=start.shardings,
         init_params=start.load, loss_fn=loss_fn, iterator=iterator,
-        prepare=host_prepare(mesh, BATCH_KEYS), flops=flops_of(start.cfg),
+        prepare=host_prepare(mesh, keys), flops=flops_of(start.cfg),
         export=hf_export(start.cfg, start.path / "tokenizer.json"), evaluate=evaluate,
         meta={"model": str(start.path)},
     ))

@@ -119,3 +119,60 @@ def test_copy_rows_repeat_fresh_random_ids_deterministically():
     np.testing.assert_array_equal(again[7]["input_ids"], batches[7]["input_ids"])  # a function of the index
     with pytest.raises(ValueError, match="needs copy_high"):
         lm_dataset(rows, 8, seed=3, copy_fraction=0.5)
+
+
+def _packed(sft_setup, pack_len=4096, bins=4, batch=4, **kw):
+    from searchjax.data.packing import packed_dataset
+
+    tok, cfg, records = sft_setup
+    return packed_dataset(cfg, Encoder(tok, cfg), records, batch_size=batch, pack_len=pack_len, bins=bins,
+                          **{"process_index": 0, "process_count": 1, **kw})
+
+
+def test_packed_rows_hold_whole_examples_and_little_padding(sft_setup):
+    """Every segment of a packed row is one example's own next-token arrays (its targets never cross into the
+    next example), segments are numbered from 1 and packed from position 0, and padding is a small share."""
+    from searchjax.data.packing import example_arrays
+
+    tok, cfg, records = sft_setup
+    enc = Encoder(tok, cfg)
+    singles = {bytes(example_arrays(enc, r)["input_ids"]): example_arrays(enc, r) for r in records[0]}
+    it = iter(_packed(sft_setup))
+    real = total = 0
+    for _ in range(6):
+        b = next(it)
+        assert b["input_ids"].shape == b["segments"].shape == (4, 4096)
+        for row in range(4):
+            seg, n = b["segments"][row], b["lengths"][row]
+            assert (seg[:n] > 0).all() and (seg[n:] == 0).all() and (b["loss_mask"][row, n:] == 0).all()
+            assert list(np.unique(seg[:n])) == list(range(1, seg.max() + 1))
+            for s in range(1, seg.max() + 1):
+                at = np.flatnonzero(seg == s)
+                one = singles[bytes(b["input_ids"][row, at])]  # exactly one example, whole
+                np.testing.assert_array_equal(b["targets"][row, at], one["targets"])
+                np.testing.assert_array_equal(b["loss_mask"][row, at], one["loss_mask"])
+        real, total = real + b["lengths"].sum(), total + b["input_ids"].size
+    bucketed = [_batches(sft_setup, 16, (1024, 1536), 6)[1]]
+    bucket_share = sum(x["lengths"].sum() for x in bucketed[0]) / sum(x["input_ids"].size for x in bucketed[0])
+    assert real / total > max(0.8, bucket_share), (real / total, bucket_share)
+
+
+def test_packed_stream_resumes_exactly_and_splits_over_processes(sft_setup):
+    it = iter(_packed(sft_setup))
+    first = [next(it) for _ in range(5)]
+    it = iter(_packed(sft_setup))
+    for _ in range(3):
+        next(it)
+    state = it.get_state()
+    fresh = iter(_packed(sft_setup))
+    fresh.set_state(state)
+    for want in first[3:]:
+        np.testing.assert_array_equal(next(fresh)["input_ids"], want["input_ids"])
+    parts = [next(iter(_packed(sft_setup, process_index=p, process_count=2))) for p in (0, 1)]
+    np.testing.assert_array_equal(np.concatenate([p["segments"] for p in parts]), first[0]["segments"])
+    np.testing.assert_array_equal(np.concatenate([p["input_ids"] for p in parts]), first[0]["input_ids"])
+
+
+def test_pack_len_shorter_than_max_len_is_refused(sft_setup):
+    with pytest.raises(ValueError, match="pack_len 1024 is shorter than max_len 2048"):
+        _packed(sft_setup, pack_len=1024)

@@ -229,3 +229,16 @@ def test_export_a_checkpoint(reference_run, tmp_path):
     assert (tmp_path / "mid" / "tokenizer.json").exists()
     r = _run([*base, "--step", "7", "--out", str(tmp_path / "none")])
     assert r.returncode == 1 and "saved steps" in r.stderr and not (tmp_path / "none").exists()
+
+
+def test_sft_stage_with_packed_rows(workspace, tmp_path):
+    """data.pack_len: one row width for the whole run, several examples a row, segments reaching the loss."""
+    out = tmp_path / "sft_packed"
+    r = _run(_cmd(workspace, out, "steps=3", "batch_size=2", "data.max_len=2048", "data.pack_len=4096",
+                  "data.pack_bins=4", "eval_every=0", "log_every=1", stage="sft"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    train = [row for row in read_metrics(out) if "loss" in row]
+    assert [row["step"] for row in train] == [1, 2, 3]
+    assert all(row["data/width"] == 4096 and row["data/rows"] == 2 for row in train)
+    assert all(row["data/tokens"] > 4096 for row in train)  # more than one ~1,100-token example per row
+    assert (out / "final" / "model.safetensors").exists()
