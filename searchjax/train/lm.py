@@ -31,7 +31,8 @@ class LMData:
 
     Without dev files, the last `dev_fraction` of the rows is held out for the dev loss. `copy_fraction` of the
     training rows (never the dev rows) are induction rows x ‖ x of fresh random ids (`searchjax.data.lm.CopyRows`):
-    0 = plain pretraining."""
+    0 = plain pretraining. `copy_vocab` > 0 draws those ids from the first copy_vocab ids only (a smaller alphabet
+    makes the copy easier to discover: the start of a curriculum); 0 = every id below the chat template's."""
 
     sources: tuple[str, ...] = ()
     dev: tuple[str, ...] = ()
@@ -39,6 +40,7 @@ class LMData:
     dev_fraction: float = 0.02
     eval_batches: int = 4
     copy_fraction: float = 0.0
+    copy_vocab: int = 0
 
     def __post_init__(self):
         if self.seq_len < 2 or not 0 <= self.dev_fraction < 1 or self.eval_batches < 0:
@@ -46,6 +48,8 @@ class LMData:
                             f"{self.seq_len}, {self.dev_fraction}, {self.eval_batches}")
         if not 0 <= self.copy_fraction <= 1:
             raise TypeError(f"data.copy_fraction: expected a share in [0, 1], got {self.copy_fraction}")
+        if self.copy_vocab < 0:
+            raise TypeError(f"data.copy_vocab: expected 0 (every id) or a positive id count, got {self.copy_vocab}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +59,14 @@ class LMConfig(TrainConfig):
     data: LMData = LMData()
     loss_chunk: int = 4096
     router_aux_loss_coef: float | None = None
+
+
+def copy_id_limit(tokenizer, copy_vocab: int = 0) -> int:
+    """The induction rows' ids lie in [0, this): below the chat template's special tokens, and below copy_vocab
+    when it is set (`LMData`)."""
+    ids = [tokenizer.token_to_id(t) for t in QWEN35_SPECIAL_TOKENS]
+    first_special = min(i for i in ids if i is not None)
+    return min(first_special, copy_vocab) if copy_vocab else first_special
 
 
 def with_files(cfg: LMConfig, data: list[str] | None, dev: list[str] | None) -> LMConfig:
@@ -89,12 +101,9 @@ def run_lm(cfg: LMConfig, model: str | Path, out: str | Path, overwrite: bool = 
         if d.dev_fraction > 0 and len(rows) >= 3 * cfg.batch_size:
             n_dev = max(n_dev, cfg.batch_size)
         rows, dev_rows = (rows[: len(rows) - n_dev], rows[len(rows) - n_dev:]) if n_dev else (rows, None)
-    first_special = None
-    if d.copy_fraction > 0:  # induction rows draw their ids below the chat template's tokens
-        ids = [start.tokenizer.token_to_id(t) for t in QWEN35_SPECIAL_TOKENS]
-        first_special = min(i for i in ids if i is not None)
+    high = copy_id_limit(start.tokenizer, d.copy_vocab) if d.copy_fraction > 0 else None
     iterator = iter(lm_dataset(rows, cfg.batch_size, cfg.seed, copy_fraction=d.copy_fraction,
-                               copy_high=first_special).to_iter_dataset())
+                               copy_high=high).to_iter_dataset())
     run = prepare_run_dir(out, "lm", cfg, overwrite)
     aux = start.cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
     loss_fn = next_token_loss(start.cfg, remat=cfg.remat, chunk=cfg.loss_chunk, aux_coef=aux)

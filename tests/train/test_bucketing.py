@@ -176,3 +176,14 @@ def test_packed_stream_resumes_exactly_and_splits_over_processes(sft_setup):
 def test_pack_len_shorter_than_max_len_is_refused(sft_setup):
     with pytest.raises(ValueError, match="pack_len 1024 is shorter than max_len 2048"):
         _packed(sft_setup, pack_len=1024)
+
+
+def test_copy_rows_stay_below_the_special_tokens_and_copy_vocab(workspace):
+    from searchjax.chat import QWEN35_SPECIAL_TOKENS
+    from searchjax.train.lm import LMData, copy_id_limit
+
+    tok = load_tokenizer(workspace["tokenizer"])
+    first = min(tok.token_to_id(t) for t in QWEN35_SPECIAL_TOKENS if tok.token_to_id(t) is not None)
+    assert copy_id_limit(tok) == first and copy_id_limit(tok, 64) == 64 and copy_id_limit(tok, 10**6) == first
+    with pytest.raises(TypeError, match="copy_vocab"):
+        LMData(copy_vocab=-1)
