@@ -25,6 +25,7 @@ from searchjax.model.config import ModelConfig
 from searchjax.sharding import logical_sharding
 
 INITS = ("normal", "zeros", "ones", "a_log")
+RANDOM_INITS = ("normal", "a_log")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,12 +240,13 @@ def init_params(cfg: ModelConfig, key: jax.Array, dtype="float32", mesh: Mesh | 
     """
     specs = param_specs(cfg)
     leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
-    sizes = [math.prod(s.shape) if s.init in ("normal", "a_log") else 0 for s in leaves]
+    sizes = [math.prod(s.shape) if s.init in RANDOM_INITS else 0 for s in leaves]
     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
 
     def init(k):
         z = jax.random.normal(k, (max(1, sum(sizes)),), jnp.float32)
-        vals = [_init_one(s, z[o:o + n] if n else None, dtype) for s, o, n in zip(leaves, offsets, sizes)]
+        vals = [_init_one(s, z[o:o + n] if s.init in RANDOM_INITS else None, dtype)  # n = 0: an empty stack
+                for s, o, n in zip(leaves, offsets, sizes)]
         return jax.tree.unflatten(treedef, vals)
 
     out_shardings = param_shardings(cfg, mesh) if mesh is not None else None

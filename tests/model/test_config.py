@@ -104,3 +104,17 @@ def test_hf_config_errors(change, match):
     hf.update(change)
     with pytest.raises(ConfigError, match=match):
         from_hf_config(hf)
+
+
+def test_a_config_without_deltanet_layers_initialises_and_runs():
+    """full_attention_interval 1 (every layer full attention): the empty DeltaNet stack initialises."""
+    import jax
+    import jax.numpy as jnp
+
+    from searchjax.model import forward, init_params, load_preset
+
+    cfg = load_preset("tiny").replace(full_attention_interval=1, layer_types=())
+    assert set(cfg.layer_types) == {"full_attention"}
+    params = init_params(cfg, jax.random.key(0))
+    logits = forward(params, jnp.arange(12, dtype=jnp.int32)[None] % cfg.vocab_size, cfg)
+    assert logits.shape == (1, 12, cfg.vocab_size) and bool(jnp.isfinite(logits).all())
