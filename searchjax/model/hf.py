@@ -259,8 +259,10 @@ def _load_stacked(reader, cfg, kind, specs, shardings, dtype):
     for path, spec in _field_paths(specs):
         sharding = _get(shardings, path)
 
-        def block(idx, path=path):
+        def block(idx, path=path, shape=spec.shape):
             ids = range(*idx[0].indices(len(layers)))
+            if not ids:  # a type with no layer (e.g. full_attention_interval 1: no DeltaNet): an empty stack
+                return np.zeros([len(range(*i.indices(n))) for i, n in zip(idx, shape)], np.float32)
             return np.stack([_read_layer_field(reader, cfg, kind, path, layers[i], idx[1:]) for i in ids])
 
         out[path] = _make_array(spec, sharding, dtype, block)

@@ -106,15 +106,19 @@ def test_hf_config_errors(change, match):
         from_hf_config(hf)
 
 
-def test_a_config_without_deltanet_layers_initialises_and_runs():
+def test_a_config_without_deltanet_layers_initialises_and_runs(tmp_path):
     """full_attention_interval 1 (every layer full attention): the empty DeltaNet stack initialises."""
     import jax
     import jax.numpy as jnp
 
-    from searchjax.model import forward, init_params, load_preset
+    from searchjax.model import forward, init_params, load_hf, load_preset, save_hf
 
     cfg = load_preset("tiny").replace(full_attention_interval=1, layer_types=())
     assert set(cfg.layer_types) == {"full_attention"}
     params = init_params(cfg, jax.random.key(0))
     logits = forward(params, jnp.arange(12, dtype=jnp.int32)[None] % cfg.vocab_size, cfg)
     assert logits.shape == (1, 12, cfg.vocab_size) and bool(jnp.isfinite(logits).all())
+    save_hf(tmp_path / "m", params, cfg)  # and round-trips through the HF format
+    cfg2, loaded = load_hf(tmp_path / "m")
+    assert cfg2.layer_types == cfg.layer_types
+    assert bool(jnp.array_equal(forward(loaded, jnp.arange(12, dtype=jnp.int32)[None], cfg2), logits))
