@@ -23,6 +23,7 @@ from typing import Any
 
 import grain
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from searchjax.train.config import CheckpointConfig
@@ -44,6 +45,21 @@ def _policy(cfg: CheckpointConfig):
         policies.append(cp.BestN(get_metric_fn=lambda m: float(m[name]), reverse=cfg.best_mode == "min",
                                  n=cfg.keep_best, keep_checkpoints_without_metrics=False))
     return cp.AnyPreservationPolicy(policies)
+
+
+def _without_empty(tree: Any) -> Any:
+    """The tree with its zero-size arrays left out (None): orbax refuses to save them, and a model config with no
+    layer of one type (full_attention_interval 1: no DeltaNet layer) has empty stacks."""
+    return jax.tree.map(lambda x: None if 0 in getattr(x, "shape", (1,)) else x, tree)
+
+
+def _with_empty(abstract: Any, restored: Any) -> Any:
+    """`restored` (a `_without_empty` tree) with the zero-size leaves of `abstract` put back, in their shardings."""
+    leaves, treedef = jax.tree.flatten(abstract)
+    it = iter(jax.tree.leaves(restored))
+    full = [jax.device_put(np.zeros(x.shape, x.dtype), x.sharding) if 0 in getattr(x, "shape", (1,)) else next(it)
+            for x in leaves]
+    return jax.tree.unflatten(treedef, full)
 
 
 class Checkpointer:
@@ -72,7 +88,7 @@ class Checkpointer:
         if self.cfg.best_metric is not None and metrics is not None and self.cfg.best_metric not in metrics:
             metrics = None  # a save without the ranking metric (e.g. the final step when no eval ran)
         args = ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
+            state=ocp.args.StandardSave(_without_empty(state)),
             data=grain.checkpoint.CheckpointSave(data_iterator),
             meta=ocp.args.JsonSave({**meta, "step": int(step)}),
         )
@@ -89,7 +105,7 @@ class Checkpointer:
         for step in reversed(self.steps()):
             try:
                 out = self.manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract_state),
+                    state=ocp.args.StandardRestore(_without_empty(abstract_state)),
                     data=grain.checkpoint.CheckpointRestore(data_iterator),
                     meta=ocp.args.JsonRestore(),
                 ))
@@ -105,7 +121,7 @@ class Checkpointer:
                     print(f"warning: {msg}", flush=True)
             if failures:
                 self.manager.reload()
-            return step, out["state"], dict(out["meta"])
+            return step, _with_empty(abstract_state, out["state"]), dict(out["meta"])
         if failures:
             listed = "; ".join(f"step {s}: {r}" for s, r in failures)
             raise CheckpointRestoreError(f"{self.directory}: no checkpoint could be restored ({listed})")
@@ -114,8 +130,9 @@ class Checkpointer:
     def restore_state(self, step: int, abstract_state: Any) -> Any:
         """Only the train state of `step` (no data iterator): usable by any process count, e.g. to read in one
         process what a multi-process run saved."""
-        out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
-        return out["state"]
+        out = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(_without_empty(abstract_state))))
+        return _with_empty(abstract_state, out["state"])
 
     def _quarantine(self, step: int) -> Path:
         src = self.directory / str(step)
