@@ -73,38 +73,33 @@ def build_data(d: Path, preset: str) -> tuple[Path, Path]:
     return d / "sft.jsonl", d / "model"
 
 
-def _train_batches(cfg, tokenizer, batch_size: int, packed: bool):
-    """The SFT stage's training batches (numpy, this process's rows), as `searchjax.train.sft` builds them."""
-    from searchjax.data.bucketing import bucketed_dataset
-    from searchjax.data.packing import packed_dataset
+def _train_batches(cfg, tokenizer, batch_size: int, bucketed: bool = False):
+    """(iterator, step keys) of the SFT stage's training batches (numpy, this process's rows), as
+    `searchjax.train.sft` builds them (bucketed=True: the same config's length buckets, even when it packs)."""
+    import dataclasses
+
     from searchjax.data.pipeline import Encoder, load_sources
     from searchjax.train import sft
 
+    if bucketed:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pack_len=0))
     pipe = sft._pipeline(cfg, cfg.data.sources)
     records, _ = sft.split_records(cfg, load_sources(pipe)[0])
-    enc = Encoder(tokenizer, pipe)
-    if packed:
-        return iter(packed_dataset(pipe, enc, records, batch_size=batch_size, pack_len=cfg.data.pack_len,
-                                   bins=cfg.data.pack_bins))
-    return iter(bucketed_dataset(pipe, enc, records, batch_size=batch_size, window_batches=cfg.data.window_batches,
-                                 buckets=cfg.data.buckets).to_iter_dataset())
+    return sft.train_batches(cfg, Encoder(tokenizer, pipe), records, batch_size)
 
 
 def bucketed_nonpad(cfg, model, batch_size: int, steps: int) -> float:
     """Real-token share of the first `steps` length-bucketed batches of `batch_size` rows of the same data."""
     from searchjax.chat import load_tokenizer
 
-    it = _train_batches(cfg, load_tokenizer(Path(model) / "tokenizer.json"), batch_size, packed=False)
+    it, _ = _train_batches(cfg, load_tokenizer(Path(model) / "tokenizer.json"), batch_size, bucketed=True)
     batches = [next(it) for _ in range(steps)]
     return float(sum(b["lengths"].sum() for b in batches) / sum(b["input_ids"].size for b in batches))
 
 
 def first_batches(cfg, start) -> dict[int, dict[str, np.ndarray]]:
     """The first training batch of each width among the run's first 4·steps batches (the step's arrays only)."""
-    from searchjax.train.causal import BATCH_KEYS
-
-    keys = BATCH_KEYS + (("segments",) if cfg.data.pack_len else ())
-    it = _train_batches(cfg, start.tokenizer, cfg.batch_size, packed=bool(cfg.data.pack_len))
+    it, keys = _train_batches(cfg, start.tokenizer, cfg.batch_size)
     out = {}
     for _ in range(4 * cfg.steps):
         b = next(it)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from searchjax.model.config import ModelConfig
-from searchjax.model.layers import gated_rms_norm
+from searchjax.model.layers import gated_rms_norm, segment_starts
 
 F32 = jnp.float32
 
@@ -165,8 +165,7 @@ def chunked_delta_rule(q, k, v, g, beta, state, chunk: int, seg: jax.Array | Non
     dv, pad = v.shape[-1], (-t) % chunk
     xs = tuple(x.astype(F32) for x in (q, k, v, g, beta))
     if seg is not None:
-        starts = jnp.concatenate([jnp.ones_like(seg[:, :1], bool), seg[:, 1:] != seg[:, :-1]], axis=1)
-        xs = xs + (jnp.broadcast_to(starts.astype(F32)[..., None], (b, t, nv)),)
+        xs = xs + (jnp.broadcast_to(segment_starts(seg).astype(F32)[..., None], (b, t, nv)),)
     if pad:
         xs = tuple(jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) for x in xs)
     o, state = _delta_rule(xs, state.astype(F32).reshape(b * nv, dk, dv), chunk)

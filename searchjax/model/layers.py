@@ -38,6 +38,11 @@ def rope_cos_sin(pos: jax.Array, cfg: ModelConfig, dtype) -> tuple[jax.Array, ja
     return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
 
 
+def segment_starts(segments: jax.Array) -> jax.Array:
+    """[B,T] bool: True where a packed row's segment starts (t = 0, or an id that differs from the one before)."""
+    return jnp.concatenate([jnp.ones_like(segments[:, :1], bool), segments[:, 1:] != segments[:, :-1]], axis=1)
+
+
 def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """NeoX split-half RoPE on the first rot dims of x [B,T,N,H]: x_rot·cos + rotate_half(x_rot)·sin."""
     rot = cos.shape[-1]

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from searchjax.model.cache import Cache
 from searchjax.model.config import FULL, LINEAR, ModelConfig
 from searchjax.model.deltanet import deltanet, deltanet_step
-from searchjax.model.layers import gated_attention, gated_attention_cached, rms_norm
+from searchjax.model.layers import gated_attention, gated_attention_cached, rms_norm, segment_starts
 from searchjax.model.moe import RouterStats, moe_block
 from searchjax.model.moe_dispatch import resolve_impl
 from searchjax.model.params import Params
@@ -112,8 +112,7 @@ def _zero_linear_state(cfg: ModelConfig, b: int, dtype):
 def segment_positions(segments: jax.Array) -> jax.Array:
     """Position of each token inside its segment: t − (start of the run of equal ids holding t), [B,T] int32."""
     t = jnp.arange(segments.shape[1], dtype=jnp.int32)
-    new = jnp.concatenate([jnp.ones_like(segments[:, :1], bool), segments[:, 1:] != segments[:, :-1]], axis=1)
-    return t - jax.lax.cummax(jnp.where(new, t, 0), axis=1)
+    return t - jax.lax.cummax(jnp.where(segment_starts(segments), t, 0), axis=1)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "remat", "return_aux"))

@@ -107,6 +107,18 @@ def _pipeline(cfg: SFTConfig, sources) -> PipelineConfig:
                           overflow=d.overflow)
 
 
+def train_batches(cfg: SFTConfig, encoder: Encoder, records: list[list[dict]], batch_size: int | None = None):
+    """(iterator over this process's training batches, the array keys the step takes): packed rows when
+    `data.pack_len` is set, else length buckets; `batch_size` defaults to the config's."""
+    d, b = cfg.data, batch_size or cfg.batch_size
+    pipe = encoder.cfg
+    if d.pack_len:
+        return iter(packed_dataset(pipe, encoder, records, batch_size=b, pack_len=d.pack_len, bins=d.pack_bins)), \
+            BATCH_KEYS + ("segments",)
+    return iter(bucketed_dataset(pipe, encoder, records, batch_size=b, window_batches=d.window_batches,
+                                 buckets=d.buckets).to_iter_dataset()), BATCH_KEYS
+
+
 def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Train SFT from the HF checkpoint `model` into the run directory `out` (resuming it when it holds this
     run); returns the summary. The config's data sources must be set (see `with_files`)."""
@@ -117,16 +129,7 @@ def run_sft(cfg: SFTConfig, model: str | Path, out: str | Path, overwrite: bool 
     mesh = run_mesh(cfg)
     start = start_model(model, mesh)
     run = prepare_run_dir(out, "sft", cfg, overwrite)
-    encoder = Encoder(start.tokenizer, train_pipe)
-    if cfg.data.pack_len:
-        iterator = iter(packed_dataset(train_pipe, encoder, records, batch_size=cfg.batch_size,
-                                       pack_len=cfg.data.pack_len, bins=cfg.data.pack_bins))
-        keys = BATCH_KEYS + ("segments",)
-    else:
-        iterator = iter(bucketed_dataset(train_pipe, encoder, records, batch_size=cfg.batch_size,
-                                         window_batches=cfg.data.window_batches,
-                                         buckets=cfg.data.buckets).to_iter_dataset())
-        keys = BATCH_KEYS
+    iterator, keys = train_batches(cfg, Encoder(start.tokenizer, train_pipe), records)
     aux = start.cfg.router_aux_loss_coef if cfg.router_aux_loss_coef is None else cfg.router_aux_loss_coef
     loss_fn = next_token_loss(start.cfg, remat=cfg.remat, chunk=cfg.loss_chunk, aux_coef=aux)
     evaluate = None
