@@ -59,7 +59,9 @@ class TrainStage:
 class RecipeConfig:
     """configs/pipeline/*.yaml. Sizes of the world and the data, the model preset, each training stage's config,
     the evaluation's settings. Paths of config files are relative to the repository's configs/ parent (or
-    absolute)."""
+    absolute). `induction`, when set, is a `train lm` stage on copy rows between base_init and lm (lm then starts
+    from it): a first phase that teaches the randomly initialised model to copy from its context
+    (configs/train/induction_science.yaml says why); None = lm starts from base_init."""
 
     seed: int = 0
     world_docs: int = 1500
@@ -72,6 +74,7 @@ class RecipeConfig:
     abstention: int = 4
     pairs_per_category: int = 20
     preset: str = "tiny"
+    induction: TrainStage | None = None
     lm: TrainStage = TrainStage("configs/train/lm_tiny.yaml")
     sft: TrainStage = TrainStage("configs/train/sft_tiny.yaml")
     rm: TrainStage = TrainStage("configs/train/rm_tiny.yaml")
@@ -129,9 +132,16 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
     o, s = "{OUT}", str(cfg.seed)
     sj = ("searchjax",)
 
-    def train(stage: str, t: TrainStage, *args: str) -> tuple[str, ...]:
-        return (*sj, "train", stage, "--config", _config_path(t.config), *args, "--out", f"{o}/{stage}/run",
-                "progress=false", *t.overrides)
+    def train(stage: str, t: TrainStage, *args: str, name: str | None = None) -> tuple[str, ...]:
+        return (*sj, "train", stage, "--config", _config_path(t.config), *args, "--out",
+                f"{o}/{name or stage}/run", "progress=false", *t.overrides)
+
+    induction = [] if cfg.induction is None else [
+        Stage("induction", ("base_init", "world"),
+              train("lm", cfg.induction, "--model", f"{o}/base_init/model", "--data",
+                    f"{o}/world/world/corpus.jsonl", name="induction"),
+              reads=(cfg.induction.config,), produces=("induction/run/final",), resumable=True)]
+    lm_start = "induction/run/final" if induction else "base_init/model"
 
     return [
         Stage("world", (), (*sj, "world", "build", "--out", f"{o}/world/world", "--seed", s, "--docs",
@@ -166,8 +176,9 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
         Stage("base_init", ("tokenizer",), (*sj, "model", "init", "--preset", cfg.preset, "--seed", s, "--tokenizer",
                                             f"{o}/tokenizer/tokenizer.json", "--out", f"{o}/base_init/model"),
               produces=("base_init/model",)),
-        Stage("lm", ("base_init", "world"), train("lm", cfg.lm, "--model", f"{o}/base_init/model", "--data",
-                                                  f"{o}/world/world/corpus.jsonl"),
+        *induction,
+        Stage("lm", (lm_start.split("/")[0], "world"), train("lm", cfg.lm, "--model", f"{o}/{lm_start}", "--data",
+                                                               f"{o}/world/world/corpus.jsonl"),
               reads=(cfg.lm.config,), produces=("lm/run/final",), resumable=True),
         Stage("sft", ("lm", "sft_data"), train("sft", cfg.sft, "--model", f"{o}/lm/run/final", "--data",
                                                f"{o}/sft_data/sft.jsonl"),
@@ -191,7 +202,8 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
     ]
 
 
-STAGE_NAMES = tuple(st.name for st in stages(RecipeConfig()))
+# Every stage a recipe can have (the optional ones included), in order: what --until and --force accept.
+STAGE_NAMES = tuple(st.name for st in stages(RecipeConfig(induction=TrainStage("configs/train/lm_tiny.yaml"))))
 
 
 def stage_outputs(out: str | Path) -> dict[str, Path]:

@@ -125,3 +125,18 @@ def test_an_interrupted_resumable_stage_resumes_and_any_other_starts_afresh(monk
     (tmp_path / "train" / "attempt.json").write_text(json.dumps({"hash": "another"}))
     assert _statuses(run_pipeline(cfg, tmp_path, log=lambda _: None))["train"] == "ran"
     assert calls == [("train", ["attempt.json"])]  # started from an empty directory
+
+
+def test_an_induction_phase_sits_between_base_init_and_lm_and_lm_starts_from_it():
+    plain = {st.name: st for st in stages(RecipeConfig())}
+    assert "induction" not in plain and "{OUT}/base_init/model" in plain["lm"].argv
+    cfg = RecipeConfig(induction=pipeline.TrainStage("configs/train/lm_tiny.yaml", ("steps=5",)))
+    names = [st.name for st in stages(cfg)]
+    assert names.index("base_init") < names.index("induction") < names.index("lm")
+    by = {st.name: st for st in stages(cfg)}
+    assert by["lm"].after[0] == "induction" and "{OUT}/induction/run/final" in by["lm"].argv
+    assert by["induction"].argv[:3] == ("searchjax", "train", "lm") and "steps=5" in by["induction"].argv
+    assert "{OUT}/induction/run" in by["induction"].argv and by["induction"].resumable
+    assert _hashes(cfg)["lm"] != _hashes(RecipeConfig())["lm"]  # lm reads another start, so it reruns
+    assert _hashes(cfg)["base_init"] == _hashes(RecipeConfig())["base_init"]
+    assert set(pipeline.STAGE_NAMES) == set(names)  # --until / --force accept the optional stage

@@ -1,7 +1,7 @@
 """Issue 10 §4: the SFT policy measured with the project's own agent loop on held-out data (greedy).
 
     JAX_PLATFORMS=cpu python tools/eval_sft.py --model RUN/final --index DIR --world DIR --qa qa.jsonl \
-        --results 3 [--n 120] [--abstain 40] [--out report.json]
+        --results 3 [--n 120] [--abstain 40] [--max-len 4096] [--out report.json]
 
 Held-out questions are the QA rows of split "dev" (`data synth-qa` puts every question of a held-out seed entity
 there, and the SFT stage trains on split "train" only). It reports, at budget 5 unless said otherwise:
@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--abstain", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=400)
     ap.add_argument("--slots", type=int, default=16)
+    ap.add_argument("--max-len", type=int, default=4096, help="the engine's cache length (prompt + every turn)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
 
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     held = [r for r in qa if r.get("split") == "dev" and not r.get("augmented")][: args.n]
     kb = KnowledgeBase.load(args.world)
     fakes = fake_questions(kb, args.abstain, seed=20261201)
-    engine = SearchJaxEngine.from_dir(args.model, max_concurrent_decodes=args.slots, max_len=4096,
+    engine = SearchJaxEngine.from_dir(args.model, max_concurrent_decodes=args.slots, max_len=args.max_len,
                                       max_prefill_length=2048, sampling=Sampling(0.0))
     agent = SearchAgent(RolloutDriver(engine, engine.load_params()), TantivyBackend(args.index),
                         AgentConfig(budget=5, max_new_tokens=args.max_new_tokens, sampling=Sampling(0.0),

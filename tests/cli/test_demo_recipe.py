@@ -13,9 +13,10 @@ import sys
 import pytest
 
 from searchjax.config import configs_dir
-from searchjax.pipeline import STAGE_NAMES
+from searchjax.pipeline import load_recipe, stages
 
 DEMO = configs_dir() / "pipeline" / "demo.yaml"
+STAGE_NAMES = [st.name for st in stages(load_recipe(DEMO))]
 
 
 def _run(out):
