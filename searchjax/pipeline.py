@@ -61,7 +61,7 @@ class RecipeConfig:
     the evaluation's settings. Paths of config files are relative to the repository's configs/ parent (or
     absolute). `induction`, when set, is a `train lm` stage on copy rows between base_init and lm (lm then starts
     from it): a first phase that teaches the randomly initialised model to copy from its context
-    (configs/train/induction_science.yaml says why); None = lm starts from base_init."""
+    (configs/train/lm_induction_science.yaml says why); None = lm starts from base_init."""
 
     seed: int = 0
     world_docs: int = 1500
