@@ -1,7 +1,7 @@
 """Issue 10 §4: the SFT policy measured with the project's own agent loop on held-out data (greedy).
 
     JAX_PLATFORMS=cpu python tools/eval_sft.py --model RUN/final --index DIR --world DIR --qa qa.jsonl \
-        --results 3 [--n 120] [--abstain 40] [--max-len 4096] [--out report.json]
+        --results 3 [--n 120] [--abstain 40] [--max-new-tokens 1024] [--max-len 4096] [--out report.json]
 
 Held-out questions are the QA rows of split "dev" (`data synth-qa` puts every question of a held-out seed entity
 there, and the SFT stage trains on split "train" only). It reports, at budget 5 unless said otherwise:
@@ -11,6 +11,9 @@ there, and the SFT stage trains on split "train" only). It reports, at budget 5 
       same policy at budget 0                                                          target ≥ 0.50 / ≥ 0.25
   (d) on questions about entities that do not exist in the world, the share answered with an abstention
                                                                                        target ≥ 0.80
+and, per budget, accuracy by exact hop count ([correct, questions]), tool calls and finish reasons.
+--max-new-tokens caps a rollout's policy tokens over all its turns (AgentConfig.max_new_tokens); session 10 ran
+with 400, which is below what the SFT data's own 4-hop trajectories take (tools/policy_tokens.py).
 """
 
 from __future__ import annotations
@@ -67,7 +70,9 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=int, default=3)
     ap.add_argument("--n", type=int, default=120, help="held-out questions (split dev), in file order")
     ap.add_argument("--abstain", type=int, default=40)
-    ap.add_argument("--max-new-tokens", type=int, default=400)
+    ap.add_argument("--max-new-tokens", type=int, default=1024,
+                    help="policy tokens per rollout, all turns together (tools/policy_tokens.py: the expert's own "
+                         "4-call trajectories need up to ~530 at the science BPE, so 400 cut 61%% of them)")
     ap.add_argument("--slots", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=4096, help="the engine's cache length (prompt + every turn)")
     ap.add_argument("--out")
@@ -87,17 +92,20 @@ def main(argv=None) -> int:
     for budget in (5, 0):
         records = {r.prompt_id: r for r in run(agent, held, budget)}
         by_hops: dict[str, list[float]] = defaultdict(list)
+        exact: dict[int, list[float]] = defaultdict(list)
         parsed, searched = [], []
         for row in held:
             rec = records[row["id"]]
             ok = qa_correct(rec.answer, [row["answer"], *row.get("aliases", [])])
             by_hops["2" if row["hops"] == 2 else "3-4"].append(float(ok))
+            exact[row["hops"]].append(float(ok))
             parsed += turn_parse_ok(rec)
             searched.append(rec.tool_calls > 0)
         report[f"b{budget}"] = {
             "turn_parse_rate": float(np.mean(parsed)), "search_rate": float(np.mean(searched)),
             "accuracy_2hop": float(np.mean(by_hops["2"])), "n_2hop": len(by_hops["2"]),
             "accuracy_3_4hop": float(np.mean(by_hops["3-4"])), "n_3_4hop": len(by_hops["3-4"]),
+            "accuracy_by_hops": {str(h): [int(sum(v)), len(v)] for h, v in sorted(exact.items())},
             "mean_tool_calls": float(np.mean([records[r["id"]].tool_calls for r in held])),
             "finish_reasons": dict(sorted({k: sum(rec.finish_reason == k for rec in records.values())
                                            for k in {rec.finish_reason for rec in records.values()}}.items())),
