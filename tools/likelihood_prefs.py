@@ -10,11 +10,14 @@ at all: the policy's own log-likelihood of each response, with no head and no tr
 
 and the accuracy Δ > 0 per category. High accuracy with a value head at chance says the backbone carries the
 signal and the head or its training does not read it out; chance here too says the backbone never learnt it.
+With --seen SFT.jsonl (the policy's SFT data) every figure is also given over the "unseen" pairs, whose user turn
+is no user turn of a train-split SFT row: the policy may remember the answers of questions it was trained on
+(preference pairs are split by answer entity, SFT rows by seed entity, so a held-out pair's question can be one).
 x ‖ r is rendered as the SFT data is (the chat template with the search_web schema), so the policy reads the
 format it was trained on.
 
     JAX_PLATFORMS=cpu python tools/likelihood_prefs.py --model sft/final --data preferences.jsonl --split dev \
-        [--widths 512 1024 2048 3072 4096] [--batch 8]
+        [--seen sft.jsonl] [--widths 512 1024 2048 3072 4096] [--batch 8]
 
 Prints one JSON object.
 """
@@ -32,10 +35,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from searchjax.chat import load_tokenizer
+from searchjax.data.jsonl import read_jsonl
 from searchjax.data.preferences import encode_prompt_response, read_preferences
 from searchjax.losses.logprobs import token_logprobs_from_logits
 from searchjax.model import forward, load_hf
 from searchjax.search import SEARCH_WEB_TOOL
+
+
+def _user_turn(messages) -> str:
+    return next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
 
 
 def response_logprob_sums(logprob_fn, rows: Sequence[tuple[Sequence[int], Sequence[int]]], widths: Sequence[int],
@@ -69,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", required=True, help="a policy checkpoint directory (HF format, tokenizer.json inside)")
     ap.add_argument("--data", required=True, help="preference JSONL (as `searchjax data preferences` writes)")
     ap.add_argument("--split", default=None, help="only rows of this split (default: every row)")
+    ap.add_argument("--seen", help="SFT JSONL: also report the pairs whose user turn no train row of it has")
     ap.add_argument("--widths", type=int, nargs="+", default=[512, 1024, 2048, 3072, 4096])
     ap.add_argument("--batch", type=int, default=8)
     args = ap.parse_args(argv)
@@ -102,8 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     for i, r in enumerate(rows):
         by[r["category"]].append(i)
     by["all"] = list(range(len(rows)))
+    if args.seen:
+        trained = {m["content"] for r in read_jsonl(args.seen)[0] if r.get("split", "train") == "train"
+                   for m in r["messages"] if m["role"] == "user"}  # every user turn of a train row
+        for c, ix in list(by.items()):
+            by[f"{c} (unseen)"] = [i for i in ix if _user_turn(rows[i]["prompt"]) not in trained]
 
     def figures(ix):
+        if not ix:
+            return {"pairs": 0}
         return {"pairs": len(ix), "accuracy_sum": round(float(np.mean(d_sum[ix] > 0)), 4),
                 "accuracy_mean": round(float(np.mean(d_mean[ix] > 0)), 4),
                 "median_delta_sum": round(float(np.median(d_sum[ix])), 3)}
