@@ -25,16 +25,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from searchjax.data.preferences import read_preferences
+from searchjax.data.preferences import read_preferences, user_text
 from searchjax.rollout.preference import PreferenceScorer
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
-
-
-def _user_turn(prompt) -> str:
-    return next((m["content"] for m in reversed(prompt) if m["role"] == "user"), "")
 
 
 def category_metrics(p_bar: np.ndarray, d_ab: np.ndarray, d_ba: np.ndarray) -> dict[str, float]:
@@ -76,9 +72,9 @@ def main() -> None:
            "all": category_metrics(p_bar, d_ab, d_ba), "seconds": round(seconds, 1)}
     if args.train:
         train = read_preferences(args.train)[0]
-        users = {_user_turn(r["prompt"]) for r in train}
+        users = {user_text(r["prompt"]) for r in train}
         sources = {r["source"] for r in train if r["source"]}
-        out["overlap_with_train"] = {"user_turn": sum(_user_turn(r["prompt"]) in users for r in rows),
+        out["overlap_with_train"] = {"user_turn": sum(user_text(r["prompt"]) in users for r in rows),
                                      "source": sum(bool(r["source"]) and r["source"] in sources for r in rows)}
     print(json.dumps(out, indent=1))
 

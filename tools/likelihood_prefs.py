@@ -36,14 +36,10 @@ import numpy as np
 
 from searchjax.chat import load_tokenizer
 from searchjax.data.jsonl import read_jsonl
-from searchjax.data.preferences import encode_prompt_response, read_preferences
+from searchjax.data.preferences import encode_prompt_response, read_preferences, user_text
 from searchjax.losses.logprobs import token_logprobs_from_logits
 from searchjax.model import forward, load_hf
 from searchjax.search import SEARCH_WEB_TOOL
-
-
-def _user_turn(messages) -> str:
-    return next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
 
 
 def response_logprob_sums(logprob_fn, rows: Sequence[tuple[Sequence[int], Sequence[int]]], widths: Sequence[int],
@@ -115,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         trained = {m["content"] for r in read_jsonl(args.seen)[0] if r.get("split", "train") == "train"
                    for m in r["messages"] if m["role"] == "user"}  # every user turn of a train row
         for c, ix in list(by.items()):
-            by[f"{c} (unseen)"] = [i for i in ix if _user_turn(rows[i]["prompt"]) not in trained]
+            by[f"{c} (unseen)"] = [i for i in ix if user_text(rows[i]["prompt"]) not in trained]
 
     def figures(ix):
         if not ix:

@@ -3,9 +3,10 @@
 `AgentConfig.max_new_tokens` caps the policy tokens of a whole rollout (every assistant turn together, not one
 turn), and a rollout that reaches it ends with finish_reason "max_tokens" and no answer. A cap below what the SFT
 trajectories themselves need cuts a policy that imitates them perfectly. For each SFT row (split train by
-default) this counts the tokens the SFT loss trains on (the assistant turns: `encode_conversation`'s mask, the
-same tokens the agent counts), grouped by data category and number of search calls, with the share of rows above
-each --cap.
+default) this counts the tokens the SFT loss trains on (the assistant turns: `encode_conversation`'s mask),
+grouped by data category and number of search calls, with the share of rows above each --cap. The mask also holds
+each turn's opening "<think>\n", which the agent's generation prompt supplies and does not count, so the figures
+are above the agent's count by those few tokens per turn.
 
     python tools/policy_tokens.py --data sft.jsonl --tokenizer tokenizer.json [--cap 384 400 1024] [--every 5]
 

@@ -154,7 +154,8 @@ def _pair(category: str, prompt, chosen, rejected, source: str, group: str, rubr
             "group": group, "rubrics": rubrics}
 
 
-def _user_text(prompt: Sequence[dict[str, Any]]) -> str:
+def user_text(prompt: Sequence[dict[str, Any]]) -> str:
+    """The content of the prompt's last user turn ("" if it has none)."""
     return next((m["content"] for m in reversed(prompt) if m["role"] == "user"), "")
 
 
@@ -417,7 +418,7 @@ class RuleJudge:
     name = "rules"
 
     def score(self, prompt: Sequence[dict[str, Any]], response: Sequence[dict[str, Any]]) -> float:
-        user, text = _user_text(prompt), final_text(response)
+        user, text = user_text(prompt), final_text(response)
         tools = _tool_text([*prompt, *response])
         refusing = bool(_REFUSAL_RE.search(text))
         if tools:
@@ -472,7 +473,7 @@ class RubricJudge:
         rubrics = [Rubric.from_dict(r) for r in pair.get("rubrics", ())]
         if not rubrics:
             return 0
-        user = _user_text(pair["prompt"])
+        user = user_text(pair["prompt"])
         passed = [sum(evaluate_rubrics(user, final_text(pair[k]), rubrics, self.judge)) for k in ("chosen", "rejected")]
         return _vote(*passed)
 
