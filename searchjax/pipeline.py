@@ -67,6 +67,7 @@ class RecipeConfig:
     world_docs: int = 1500
     real_cities: int = 20
     vocab_size: int = 1024
+    prompt_phrases: bool = False
     questions: int = 60
     qa_config: str = "configs/data/synth_qa.yaml"
     rubric_prompts: int = 20
@@ -163,7 +164,8 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
         # syntax then get merges of their own, which shortens every trajectory the later stages train on.
         Stage("tokenizer", ("world", "sft_data"),
               (*sj, "tokenizer", "train", "--corpus", f"{o}/world/world/corpus.jsonl", f"{o}/sft_data/sft.jsonl",
-               "--vocab-size", str(cfg.vocab_size), "--out", f"{o}/tokenizer/tokenizer.json"),
+               "--vocab-size", str(cfg.vocab_size), *(("--prompt-phrases",) if cfg.prompt_phrases else ()),
+               "--out", f"{o}/tokenizer/tokenizer.json"),
               produces=("tokenizer/tokenizer.json",)),
         Stage("preferences", ("world", "index", "qa", "rubric"),
               (*sj, "data", "preferences", "--world", f"{o}/world/world", "--index", f"{o}/index/index", "--qa",

@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 from searchjax.chat import parse_assistant
-from searchjax.data.jsonl import read_jsonl
+from searchjax.data.jsonl import read_jsonl, write_jsonl
 from searchjax.data.questions import describe
 from searchjax.eval.graders import is_abstention
 from searchjax.rewards import qa_correct
@@ -76,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--slots", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=4096, help="the engine's cache length (prompt + every turn)")
     ap.add_argument("--out")
+    ap.add_argument("--records", help="write the budget-5 held-out rollouts here (JSONL: question, gold, hops, "
+                                      "correct, finish reason, answer, the turns), to read what went wrong")
     args = ap.parse_args(argv)
 
     qa, _ = read_jsonl(args.qa)
@@ -112,6 +114,12 @@ def main(argv=None) -> int:
             "examples": [{"q": r["question"], "gold": r["answer"], "answer": records[r["id"]].answer[:200]}
                          for r in held[:3]],
         }
+        if budget == 5 and args.records:
+            write_jsonl(args.records, [
+                {"id": r["id"], "question": r["question"], "gold": r["answer"], "hops": r["hops"],
+                 "correct": bool(qa_correct(records[r["id"]].answer, [r["answer"], *r.get("aliases", [])])),
+                 "finish_reason": records[r["id"]].finish_reason, "answer": records[r["id"]].answer,
+                 "tool_calls": records[r["id"]].tool_calls, "turns": records[r["id"]].turns} for r in held])
     fake_records = run(agent, fakes, 5)
     # An abstention is a finished answer that declines; an empty answer cut by max_tokens does not count.
     report["abstention_rate"] = float(np.mean([r.finish_reason == "answer" and is_abstention(r.answer)

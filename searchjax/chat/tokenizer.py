@@ -187,18 +187,40 @@ def new_bpe_tokenizer() -> tokenizers.Tokenizer:
     return hf
 
 
+def _split_at_specials(text: str) -> list[str]:
+    """`text` cut around every special-token string it holds (the pieces between them)."""
+    pieces = [text]
+    for special in QWEN35_SPECIAL_TOKENS:
+        pieces = [part for piece in pieces for part in piece.split(special)]
+    return pieces
+
+
 def train_tokenizer(
-    corpus: Sequence[str | os.PathLike], vocab_size: int, out: str | os.PathLike | None = None
+    corpus: Sequence[str | os.PathLike],
+    vocab_size: int,
+    out: str | os.PathLike | None = None,
+    phrases: Sequence[str] = (),
 ) -> Tokenizer:
     """Train a byte-level BPE on ``corpus`` files (see `iter_corpus_texts`) and save it to ``out``.
 
-    ``vocab_size`` counts everything: 256 byte tokens, the learned merges and the 33 Qwen3.5 added tokens,
-    which take the last ids. A small corpus may learn fewer merges than asked (the returned tokenizer's
-    `vocab_size` says how many); a corpus with no text is a ValueError, as it could learn none.
+    ``vocab_size`` counts everything: 256 byte tokens, the learned merges, the ``phrases`` and the 33 Qwen3.5
+    added tokens, which take the last ids. A small corpus may learn fewer merges than asked (the returned
+    tokenizer's `vocab_size` says how many); a corpus with no text is a ValueError, as it could learn none.
+
+    ``phrases``: fixed strings that become one token each (non-special added tokens, matched in the raw text
+    before the BPE, decoded as themselves; a phrase holding a special token is split around it), e.g. the constant blocks of every prompt's system turn
+    (`searchjax.data.prompts.prompt_phrases`). A small vocabulary spells a ~1,900-character system turn in ~780
+    tokens that every training example pays for; as phrases it takes a few. They go before the special tokens,
+    so ``<|endoftext|>`` stays the first id after the tokens the text is spelled with.
     """
-    floor = 256 + len(QWEN35_SPECIAL_TOKENS) + 1
+    for phrase in phrases:
+        if not isinstance(phrase, str) or not phrase.strip():
+            raise ValueError(f"a phrase must be a non-empty string, got {phrase!r}")
+    phrases = list(dict.fromkeys(p for phrase in phrases for p in _split_at_specials(phrase) if p.strip()))
+    floor = 256 + len(phrases) + len(QWEN35_SPECIAL_TOKENS) + 1
     if vocab_size < floor:
-        raise ValueError(f"vocab_size must be at least {floor} (256 bytes + specials + 1), got {vocab_size}")
+        raise ValueError(f"vocab_size must be at least {floor} (256 bytes + {len(phrases)} phrases + specials + 1), "
+                         f"got {vocab_size}")
     for path in corpus:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"corpus file not found: {path}")
@@ -207,7 +229,7 @@ def train_tokenizer(
         raise FileNotFoundError(f"output folder {out_dir} does not exist (for {out})")
     hf = new_bpe_tokenizer()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(QWEN35_SPECIAL_TOKENS),
+        vocab_size=vocab_size - len(phrases) - len(QWEN35_SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -222,6 +244,7 @@ def train_tokenizer(
     hf.train_from_iterator(texts(), trainer=trainer)
     if chars == 0:
         raise ValueError(f"the corpus {', '.join(map(os.fspath, corpus))} holds no text to learn merges from")
+    hf.add_tokens([tokenizers.AddedToken(p, special=False, normalized=False) for p in phrases])
     hf.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in QWEN35_SPECIAL_TOKENS])
     tok = Tokenizer(hf, source="trained")
     if out is not None:

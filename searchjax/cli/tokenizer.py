@@ -22,6 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--vocab-size", type=int_at_least(floor), required=True,
                        help=f"total vocabulary incl. 256 bytes and {len(QWEN35_SPECIAL_TOKENS)} special tokens "
                             f"(at least {floor}; a small corpus may learn fewer ids, which is reported)")
+    train.add_argument("--prompt-phrases", action="store_true",
+                       help="make each constant block of the prompts' system turn one token (the chat template's "
+                            "search_web tool block, the system prompt, the budget sentence around its number): "
+                            "with a small vocabulary they are ~780 of every example's tokens otherwise")
     train.add_argument("--out", required=True, help="output tokenizer.json path")
     add_overwrite(train)
     train.set_defaults(func=_train)
@@ -30,10 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 @run_command
 def _train(args: argparse.Namespace) -> int:
     from searchjax.chat.tokenizer import train_tokenizer
+    from searchjax.data.prompts import prompt_phrases
 
     corpus = [check_input_file(path, "--corpus") for path in args.corpus]
     out = check_output(args.out, args.overwrite)
-    tok = train_tokenizer(corpus, args.vocab_size, out)
+    tok = train_tokenizer(corpus, args.vocab_size, out, phrases=prompt_phrases() if args.prompt_phrases else ())
     s = tok.special
     print(f"wrote {out}: vocab {tok.vocab_size} (asked {args.vocab_size}); "
           f"<|endoftext|>={s.endoftext} <|im_start|>={s.im_start} <|im_end|>={s.im_end} "

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from searchjax.search import budget_instruction
+from searchjax.chat.template import TOOLS_HEADER, TOOLS_INSTRUCTIONS, tojson
+from searchjax.search import SEARCH_WEB_TOOL, budget_instruction
 
 SYSTEM_PROMPT = (
     "You are a search assistant. Use the search_web tool to find and check facts before you answer; answer "
@@ -27,3 +28,15 @@ def prompt_messages(record: dict[str, Any], tool_budget: int) -> list[dict[str, 
     else:
         turns = [{"role": "user", "content": record["question"]}]
     return [system_message(tool_budget), *turns]
+
+
+def prompt_phrases() -> list[str]:
+    """The constant pieces of every prompt's rendered system turn, for `train_tokenizer(phrases=...)`.
+
+    The chat template's tool block for [search_web] (header, the tool's JSON, the call-format instructions),
+    `SYSTEM_PROMPT`, the budget sentence around its number, and the budget-0 sentence. The budget itself stays
+    ordinary text ("5 times"), so the policy still reads it.
+    """
+    tools_block = TOOLS_HEADER + "\n" + tojson(SEARCH_WEB_TOOL) + TOOLS_INSTRUCTIONS
+    head, tail = budget_instruction(7).split("7 times")
+    return [tools_block, SYSTEM_PROMPT, head.rstrip(), tail, budget_instruction(0)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from searchjax.search.snippets import idf, query_snippet
 from searchjax.search.types import (
     CORPUS_FIELDS,
     SearchError,
@@ -16,28 +17,6 @@ from searchjax.search.types import (
 )
 
 SNIPPET_CHARS = 200
-_SNIPPET_LEAD = 60  # characters of context kept before the first matched term
-
-
-def make_snippet(text: str, terms: Iterable[str], max_chars: int = SNIPPET_CHARS) -> str:
-    """A window of `text` starting a little before the first occurrence of any of `terms`.
-
-    Falls back to the head of the text when no term occurs. Whitespace is collapsed.
-    """
-    wanted = set(terms)
-    lowered = text.lower()
-    start = 0
-    pos = 0
-    for tok in tokenize(text):
-        at = lowered.find(tok, pos)
-        pos = at + len(tok)
-        if tok in wanted:
-            start = max(0, at - _SNIPPET_LEAD)
-            break
-    if start > 0:
-        space = text.find(" ", start)
-        start = space + 1 if 0 <= space < start + 20 else start
-    return " ".join(text[start : start + max_chars].split())
 
 
 class MemoryBackend:
@@ -68,7 +47,9 @@ class MemoryBackend:
             if matched:
                 scored.append((-matched, -sum(counts[t] for t in terms), i))
         scored.sort()
+        weights = {t: idf(len(self.docs), sum(1 for counts in self._counts if counts[t])) for t in terms}
         return [
-            SearchResult(self.docs[i]["title"], self.docs[i]["url"], make_snippet(self.docs[i]["text"], terms))
+            SearchResult(self.docs[i]["title"], self.docs[i]["url"],
+                         query_snippet(" ".join(self.docs[i]["text"].split()), weights, SNIPPET_CHARS))
             for _, _, i in scored[:k]
         ]

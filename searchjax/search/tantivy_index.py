@@ -1,7 +1,7 @@
 """The embedded default backend: a tantivy index on disk built from a JSONL corpus (title, url, text).
 
-Ranking is tantivy's BM25 over the body field `text`; snippets come from tantivy's SnippetGenerator on the
-same field. The index directory holds the tantivy index (the body indexed with positions, not stored, and a
+Ranking is tantivy's BM25 over the body field `text`; snippets are the body's sentences that hold the query's
+terms, weighted by the index's IDF (searchjax.search.snippets). The index directory holds the tantivy index (the body indexed with positions, not stored, and a
 fast field `row`) and DIR/docs.jsonl, the documents' [title, url, text] by row, which the backend keeps in
 memory: reading 10 documents from tantivy's compressed store cost twice the search itself, so the
 backend's memory grows with the corpus (about 1.5x the corpus text); larger corpora are served by one
@@ -19,6 +19,7 @@ import tantivy
 from tqdm import tqdm
 
 from searchjax.atomic import atomic_path, replaceable_dir
+from searchjax.search.snippets import idf, query_snippet
 from searchjax.search.types import SearchError, SearchResult, check_k, iter_corpus, query_terms
 
 SNIPPET_MAX_CHARS = 200
@@ -135,16 +136,11 @@ class TantivyBackend:
         try:
             hits = self._searcher.search(q, limit=k, count=False).hits  # counting would score every match
             rows = self._searcher.fast_field_values("row", [address for _score, address in hits])
-            snippets = tantivy.SnippetGenerator.create(self._searcher, q, self._schema, "text")
-            snippets.set_max_num_chars(SNIPPET_MAX_CHARS)
+            weights = {t: idf(self.num_docs, self._searcher.doc_freq("text", t)) for t in terms} if rows else {}
         except (ValueError, OSError, RuntimeError) as e:
             raise SearchError(f"tantivy search failed: {e}") from e
         out = []
         for row in rows:
             title, url, text = self._rows[row]
-            doc = tantivy.Document()  # add_text is ~3x cheaper than the keyword constructor
-            doc.add_text("text", text)
-            fragment = snippets.snippet_from_doc(doc).fragment()
-            snippet = fragment if fragment.strip() else text[:SNIPPET_MAX_CHARS].rstrip()
-            out.append(SearchResult(title, url, snippet))
+            out.append(SearchResult(title, url, query_snippet(text, weights, SNIPPET_MAX_CHARS)))
         return out

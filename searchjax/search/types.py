@@ -17,7 +17,7 @@ from typing import Protocol
 from searchjax.data.jsonl import iter_jsonl
 
 # Letters and digits of any script; "_" is a word character for `\w` but a separator for tantivy.
-_TOKEN_RE = re.compile(r"[^\W_]+")
+TOKEN_RE = re.compile(r"[^\W_]+")
 _MAX_TOKEN_BYTES = 40  # tantivy's RemoveLongFilter limit in its default analyser
 CORPUS_FIELDS = ("title", "url", "text")
 STOP_WORDS = frozenset(
@@ -50,7 +50,7 @@ class SearchBackend(Protocol):
 
 def tokenize(text: str) -> list[str]:
     """Lowercased letter/digit runs of `text`, as tantivy's default analyser yields them (order kept)."""
-    return [t for t in _TOKEN_RE.findall(text.lower()) if len(t.encode("utf-8")) <= _MAX_TOKEN_BYTES]
+    return [t for t in TOKEN_RE.findall(text.lower()) if len(t.encode("utf-8")) <= _MAX_TOKEN_BYTES]
 
 
 def query_terms(query: str) -> list[str]:

@@ -117,6 +117,36 @@ def test_train_errors(tmp_path):
         train_tokenizer([tmp_path / "missing.jsonl"], 400)
 
 
+def test_prompt_phrases_are_one_token_each_and_decode_losslessly(tmp_path):
+    from searchjax.data.prompts import prompt_messages, prompt_phrases
+    from searchjax.search import SEARCH_WEB_TOOL
+
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in CORPUS_DOCS))
+    plain = train_tokenizer([tmp_path / "corpus.jsonl"], 330)
+    tok = train_tokenizer([tmp_path / "corpus.jsonl"], 330, tmp_path / "tok.json", phrases=prompt_phrases())
+    assert tok.vocab_size == plain.vocab_size == 330  # the phrases count in the vocabulary, as the specials do
+    n = len(QWEN35_SPECIAL_TOKENS)
+    assert [tok.token_to_id(t) for t in QWEN35_SPECIAL_TOKENS] == list(range(330 - n, 330))
+    for budget, spelled in ((5, "5 times"), (1, "once"), (0, "")):
+        messages = [*prompt_messages({"question": "Who founded Xarn Labs 7?"}, budget),
+                    {"role": "assistant", "content": "Élodie Müller."}]
+        text = render(messages, [SEARCH_WEB_TOOL], add_generation_prompt=False)
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text
+        system = text[:text.index("<|im_end|>")]
+        # The tool block (cut around its <tool_call> tokens), the system prompt and the budget sentence are a
+        # handful of tokens; the budget stays spelled out.
+        assert len(tok.encode(system)) < 40 < 300 < len(plain.encode(system)), budget
+        assert spelled in tok.decode(tok.encode(system)[-12:])
+        got, mask = encode_conversation(messages, tok, [SEARCH_WEB_TOOL])
+        assert got.tolist() == ids and tok.decode(got[mask == 1].tolist()).endswith("</think>\n\nÉlodie Müller.<|im_end|>")
+    assert load_tokenizer(tmp_path / "tok.json").encode(text) == ids
+    with pytest.raises(ValueError, match="a phrase must be a non-empty string"):
+        train_tokenizer([tmp_path / "corpus.jsonl"], 600, phrases=["  "])
+    with pytest.raises(ValueError, match=r"at least 292 \(256 bytes \+ 2 phrases"):
+        train_tokenizer([tmp_path / "corpus.jsonl"], 291, phrases=["one <think> two"])
+
+
 def test_conversation_rows_are_rendered_with_the_search_tool_and_dev_rows_left_out(tmp_path):
     from searchjax.chat.tokenizer import iter_corpus_texts
     from searchjax.search import SEARCH_WEB_TOOL
@@ -142,6 +172,12 @@ def test_cli_tokenizer_train(tmp_path, capsys):
     assert args.func(args) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     assert load_tokenizer(out).vocab_size <= 400
+    args = parser.parse_args(["tokenizer", "train", "--corpus", str(tmp_path / "corpus.jsonl"), "--vocab-size", "400",
+                              "--prompt-phrases", "--out", str(tmp_path / "phrases.json")])  # fmt: skip
+    assert args.func(args) == 0
+    from searchjax.data.prompts import SYSTEM_PROMPT
+    assert len(load_tokenizer(tmp_path / "phrases.json").encode(SYSTEM_PROMPT)) == 1
+    capsys.readouterr()
     (tmp_path / "bad.jsonl").write_text('{"title": "t", "text": 5}\n')
     (tmp_path / "latin1.txt").write_bytes("ok\ncaf\xe9\n".encode("latin-1"))
     (tmp_path / "empty.txt").write_text("\n\n")
