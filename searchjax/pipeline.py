@@ -72,6 +72,7 @@ class RecipeConfig:
     qa_config: str = "configs/data/synth_qa.yaml"
     rubric_prompts: int = 20
     sft_results: int = 2
+    sft_thoughts: str = "plain"
     abstention: int = 4
     pairs_per_category: int = 20
     preset: str = "tiny"
@@ -90,6 +91,10 @@ class RecipeConfig:
         for name in ("world_docs", "vocab_size", "questions", "rubric_prompts", "sft_results", "eval_questions"):
             if getattr(self, name) < 1:
                 raise TypeError(f"{name} must be >= 1, got {getattr(self, name)}")
+        from searchjax.data.sft import THOUGHT_STYLES
+
+        if self.sft_thoughts not in THOUGHT_STYLES:
+            raise TypeError(f"sft_thoughts must be one of {list(THOUGHT_STYLES)}, got {self.sft_thoughts!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +163,8 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
         Stage("sft_data", ("world", "index", "qa", "rubric"),
               (*sj, "data", "sft", "--world", f"{o}/world/world", "--index", f"{o}/index/index", "--qa",
                f"{o}/qa/qa.jsonl", "--rubric", f"{o}/rubric/rubric.jsonl", "--results", str(cfg.sft_results),
-               "--abstention", str(cfg.abstention), "--seed", s, "--out", f"{o}/sft_data/sft.jsonl"),
+               "--abstention", str(cfg.abstention), "--thoughts", cfg.sft_thoughts, "--seed", s, "--out",
+               f"{o}/sft_data/sft.jsonl"),
               produces=("sft_data/sft.jsonl",)),
         # The BPE learns from the corpus and the rendered SFT conversations: the chat template and the tool-call
         # syntax then get merges of their own, which shortens every trajectory the later stages train on.
@@ -170,7 +176,9 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
         Stage("preferences", ("world", "index", "qa", "rubric"),
               (*sj, "data", "preferences", "--world", f"{o}/world/world", "--index", f"{o}/index/index", "--qa",
                f"{o}/qa/qa.jsonl", "--rubric", f"{o}/rubric/rubric.jsonl", "--pairs-per-category",
-               str(cfg.pairs_per_category), "--seed", s, "--out", f"{o}/preferences/preferences.jsonl"),
+               str(cfg.pairs_per_category), "--results", str(cfg.sft_results), "--thoughts", cfg.sft_thoughts,
+               "--seed", s, "--out",
+               f"{o}/preferences/preferences.jsonl"),
               produces=("preferences/preferences.jsonl",)),
         Stage("heldout", ("qa",), produces=("heldout/heldout.jsonl",),
               run=lambda out: heldout_questions(out / "qa" / "qa.jsonl", out / "heldout" / "heldout.jsonl",

@@ -156,7 +156,8 @@ def _sft(args) -> int:
         rubric, rubric_read = read_jsonl(check_input_file(args.rubric, "--rubric"), validate=validate_rubric_record,
                                          on_error=args.on_error)
         reads["read_rubric"] = rubric_read.as_dict()
-    builder = SFTBuilder(_load_kb(world), _backend(world, args.index), seed=args.seed, max_results=args.results)
+    builder = SFTBuilder(_load_kb(world), _backend(world, args.index), seed=args.seed, max_results=args.results,
+                         thoughts=args.thoughts)
     rows = list(builder.build(qa, rubric, n_abstention=args.abstention))
     return _finish(out, rows, "SFT example", {**reads, **dict(sorted(builder.summary.items()))})
 
@@ -234,6 +235,10 @@ def register(subparsers) -> None:
     p.add_argument("--abstention", type=int_at_least(0), default=0, help="abstention examples to add")
     p.add_argument("--results", type=int_at_least(1), default=10,
                    help="search results each call shows (1..10; the rollouts of the policy must show as many)")
+    p.add_argument("--thoughts", choices=("plain", "rewrite"), default="plain",
+                   help="the expert's thinking: plain (\"I need X, so I will search for it.\") or rewrite (each "
+                        "turn also states the question left, with the entities found so far substituted in: "
+                        "searchjax.data.sft.rewrite_thoughts)")
     p.add_argument("--index", help=INDEX_HELP + " (default: WORLD/index, built if missing)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed")
     _on_error(p)

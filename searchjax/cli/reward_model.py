@@ -21,7 +21,8 @@ def _preference_config(args: argparse.Namespace):
     from searchjax.data.preferences import PreferenceConfig
 
     cfg = load_yaml(PreferenceConfig, check_input_file(args.config, "--config")) if args.config else PreferenceConfig()
-    over = {k: v for k, v in (("seed", args.seed), ("pairs_per_category", args.pairs_per_category)) if v is not None}
+    over = {k: v for k, v in (("seed", args.seed), ("pairs_per_category", args.pairs_per_category),
+                              ("max_results", args.results), ("thoughts", args.thoughts)) if v is not None}
     if args.judge_url and "llm" not in cfg.judges:
         over["judges"] = (*cfg.judges, "llm")
     try:
@@ -72,6 +73,12 @@ def add_preferences_command(data_subparsers) -> None:
     p.add_argument("--seed", type=int, help="PRNG seed (default: the config's)")
     p.add_argument("--pairs-per-category", type=int_at_least(1), help="at most this many pairs per category "
                                                                        "before the filter (default: the config's)")
+    p.add_argument("--results", type=int_at_least(1), help="search results per call in the pairs' trajectories "
+                                                           "(default: the config's max_results); as the policy's "
+                                                           "rollouts show them")
+    p.add_argument("--thoughts", choices=("plain", "rewrite"), help="the trajectories' thinking style, as the "
+                                                                     "SFT data's `data sft --thoughts` (default: "
+                                                                     "the config's)")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of an LLM pairwise judge (adds judge 'llm')")
     p.add_argument("--judge-model", default="default", help="model name sent to --judge-url")
     p.add_argument("--index", help=INDEX_HELP + " (default: WORLD/index, built if missing)")

@@ -49,7 +49,7 @@ from searchjax.chat.template import ChatTemplateError, render
 from searchjax.data.jsonl import ReadSummary, iter_jsonl
 from searchjax.data.prompts import system_message
 from searchjax.data.questions import PIN_RELATIONS, describe, mentions
-from searchjax.data.sft import SFTBuilder, format_answer, question_format, tool_call_turn
+from searchjax.data.sft import THOUGHT_STYLES, SFTBuilder, format_answer, question_format, tool_call_turn
 from searchjax.data.synth import FORMAT_INSTRUCTIONS
 from searchjax.rewards.rubrics import (
     ChatClient,
@@ -96,6 +96,7 @@ class PreferenceConfig:
     dev_fraction: float = 0.2
     tool_budget: int = 5
     max_results: int = 3  # results a search shows: a tiny model's context must hold the trajectory
+    thoughts: str = "plain"  # the trajectories' thinking style, as the SFT data's (searchjax.data.sft.THOUGHT_STYLES)
     judges: tuple[str, ...] = ("rules", "rubrics")  # "llm" needs an endpoint (searchjax data preferences --judge-url)
     min_agree: int = 2  # k: keep a pair when at least k of the n judges vote for its chosen response
 
@@ -110,6 +111,8 @@ class PreferenceConfig:
         if not 1 <= self.min_agree <= len(self.judges):
             raise TypeError(f"PreferenceConfig.min_agree must be in [1, {len(self.judges)}] (the number of judges), "
                             f"got {self.min_agree}")
+        if self.thoughts not in THOUGHT_STYLES:
+            raise TypeError(f"PreferenceConfig.thoughts: one of {list(THOUGHT_STYLES)}, got {self.thoughts!r}")
         if not 0 <= self.dev_fraction < 1:
             raise TypeError(f"PreferenceConfig.dev_fraction must be in [0, 1), got {self.dev_fraction}")
         for name in ("pairs_per_category", "tool_budget", "max_results"):
@@ -170,7 +173,7 @@ class PreferenceBuilder:
     def __init__(self, kb: KnowledgeBase, backend: SearchBackend, cfg: PreferenceConfig):
         self.kb, self.backend, self.cfg = kb, backend, cfg
         self.expert = SFTBuilder(kb, backend, tool_budget=cfg.tool_budget, seed=cfg.seed,
-                                 max_results=cfg.max_results)
+                                 max_results=cfg.max_results, thoughts=cfg.thoughts)
         self.summary: Counter = Counter()
 
     def _rng(self, *key) -> random.Random:
@@ -185,7 +188,7 @@ class PreferenceBuilder:
         the right answer of one pair and the wrong answer of about one other: no name prior tells the label, only
         the context does."""
         groups = defaultdict(list)
-        for record, messages in solved:
+        for record, messages, _ in solved:
             key = (self.kb.entity(record["seed"]).type, _split(record["seed"], self.cfg.seed, self.cfg.dev_fraction))
             groups[key].append((record, _tool_text(messages)))
         out = {}
@@ -201,21 +204,22 @@ class PreferenceBuilder:
                         break
         return out
 
-    def trajectories(self, qa: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        """(QA record, expert messages) for the English, answerable records the search expert solves."""
+    def trajectories(self, qa: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict], list[str]]]:
+        """(QA record, expert messages, the entities its searches found) for the English, answerable records the
+        search expert solves."""
         out = []
         for record in qa:
             if record.get("language", "en") != "en" or not record.get("answerable", True):
                 continue
-            example = self.expert.trajectory(record, "single_turn")
-            if example is not None:
-                out.append((record, example["messages"]))
+            solved = self.expert.solved(record)
+            if solved is not None:
+                out.append((record, solved[0], list(solved[1].found)))
         self.summary["qa_solved"] += len(out)
         return out
 
     def correctness(self, solved) -> Iterator[dict[str, Any]]:
         wrong = self._wrong_answers(solved)
-        for record, messages in solved:
+        for record, messages, _ in solved:
             if record["id"] not in wrong:  # its group has no other answer the results leave unmentioned
                 continue
             final = messages[-1]
@@ -224,7 +228,7 @@ class PreferenceBuilder:
                         [_rubric(f"The response names {record['answer']}.", "contains", all=[record["answer"]])])
 
     def refusal(self, solved, rubric: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for record, messages in solved:
+        for record, messages, _ in solved:
             refusal = REFUSALS[zlib.crc32(record["id"].encode()) % len(REFUSALS)]
             yield _pair("refusal", messages[:-1], [messages[-1]], [_say(refusal)], record["id"], record["seed"],
                         [_rubric(f"The response names {record['answer']}.", "contains", all=[record["answer"]])])
@@ -263,9 +267,7 @@ class PreferenceBuilder:
 
     def format(self, solved, rubric: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         rubric_formats = {"format": "table", "plan": "list"}
-        for record, messages in solved:
-            found = re.search(r"chain (.+)\.$", messages[-1].get("reasoning_content", ""))
-            chain = found.group(1).split(" → ") if found else [record["answer"]]
+        for record, _, chain in solved:
             question, fmt = record["question"], question_format(record["question"])
             if fmt is None:  # no instruction yet: add one, as synth's format-diversity copies do
                 fmt, instruction = FORMAT_INSTRUCTIONS[zlib.crc32(record["id"].encode()) % len(FORMAT_INSTRUCTIONS)]
@@ -282,7 +284,7 @@ class PreferenceBuilder:
                             [_say(_flatten(r["reference"]))], r["id"], r["messages"][-1]["content"], r["rubrics"])
 
     def language(self, solved, rubric: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for record, _ in solved:
+        for record, _, _ in solved:
             lang = sorted(ANSWER_IN)[zlib.crc32(record["id"].encode()) % len(ANSWER_IN)]
             yield _pair("language", [self._system(), {"role": "user", "content": record["question"]}],
                         [_say(f"The answer is {record['answer']}.")],
@@ -314,7 +316,7 @@ class PreferenceBuilder:
             n = math.ceil(1.5 * _words(text)) + 3
             return _rubric(f"The response has at most {n} words.", "length", max_words=n)
 
-        for record, _ in solved:
+        for record, _, _ in solved:
             answer = f"The answer is {record['answer']}."
             yield _pair("concise", [self._system(), {"role": "user", "content": record["question"]}],
                         [_say(answer)], [_say(padded(answer, record["id"]))], record["id"], record["seed"],

@@ -30,7 +30,7 @@ from typing import Any
 
 from searchjax.data.jsonl import require
 from searchjax.data.prompts import system_message
-from searchjax.data.questions import PIN_RELATIONS, Step, describe, mentions
+from searchjax.data.questions import PIN_RELATIONS, Step, describe, mentions, parse_question
 from searchjax.data.solvers import SearchSolver, SearchTrace, parse_results
 from searchjax.data.synth import FORMAT_INSTRUCTIONS
 from searchjax.search import SearchBackend, SearchTool
@@ -38,6 +38,7 @@ from searchjax.search.tool import MAX_RESULTS
 from searchjax.search.world import KnowledgeBase
 
 TRAJECTORY_CATEGORIES = ("single_turn", "two_turn", "multi_turn")
+THOUGHT_STYLES = ("rewrite", "plain")
 
 
 def tool_call_turn(thought: str, query: str) -> dict[str, Any]:
@@ -71,26 +72,82 @@ def question_format(question: str) -> str | None:
     return None
 
 
+def without_format(question: str) -> str:
+    """The question without the format instruction it ends with (if any)."""
+    fmt = question_format(question)
+    return question[: -len(dict(FORMAT_INSTRUCTIONS)[fmt]) - 1] if fmt else question
+
+
 def _final_turn(trace: SearchTrace, fmt: str | None) -> dict[str, Any]:
     chain = " → ".join(trace.found)
     return {"role": "assistant", "reasoning_content": f"The searches give the chain {chain}.",
             "content": format_answer(trace.answer, trace.found, fmt)}
 
 
+def nested_descriptions(question: str) -> list[str] | None:
+    """The descriptions nested in a generated question, innermost first, as its text spells them.
+
+    "What is the event where the founder of the organisation founded in 2008 spoke?" gives ["the organisation
+    founded in 2008", "the founder of the organisation founded in 2008", "the event where the founder of …
+    spoke"]: description k names the entity of the question's k-th hop. None when the question has not exactly
+    one reading or a description does not occur in it.
+    """
+    readings = parse_question(question)
+    if len(readings) != 1:
+        return None
+    out: list[str] = []
+    for step in readings[0]:
+        out.append(describe(step.relation, step.unknown, out[-1] if out else step.value, step.cohort))
+    folded = question.casefold()
+    return out if all(d.casefold() in folded for d in out) else None
+
+
+def substitute(question: str, description: str, name: str) -> str:
+    """`question` with the first occurrence of `description` (any case) replaced by `name`."""
+    at = question.casefold().index(description.casefold())
+    return question[:at] + name + question[at + len(description):]
+
+
+def rewrite_thoughts(question: str, trace: SearchTrace) -> tuple[list[str], str] | None:
+    """Thoughts that carry the question forward by substitution (the `rewrite` style of `SFTBuilder`).
+
+    After hop k found the entity n_k, the question with its k-th nested description replaced by n_k is what is
+    left to answer, and the next search is the innermost description of that question:
+
+        hop 1:  "I need the organisation founded in 2008, so I will search for it."
+        hop 2:  "The question is now: What is the event where the founder of Kystou Systems spoke? I need the
+                 founder of Kystou Systems, so I will search for it."
+        final:  "The question is now: What is Rostem Northern Symposium? So the answer is Rostem Northern
+                 Symposium."
+
+    The state of a multi-hop search is then written out in every turn (which hop comes next, and when none is
+    left), instead of being kept implicitly across turns. Returns (one thought per search, the final thought),
+    or None when the question's descriptions cannot be found in its text (`nested_descriptions`).
+    """
+    descs = nested_descriptions(without_format(question))
+    if descs is None or len(descs) != len(trace.found) or len(trace.calls) != len(trace.found):
+        return None
+    rewritten = [substitute(question, d, name) for d, name in zip(descs, trace.found)]
+    thoughts = [trace.calls[0][0]] + [f"The question is now: {q} {thought}"
+                                      for q, (thought, _, _) in zip(rewritten, trace.calls[1:])]
+    return thoughts, f"The question is now: {rewritten[-1]} So the answer is {trace.answer}."
+
+
 class SFTBuilder:
     """Runs the search-only expert over QA records and writes SFT examples (see the module docstring)."""
 
     def __init__(self, kb: KnowledgeBase, backend: SearchBackend, *, tool_budget: int = 5, seed: int = 0,
-                 max_results: int = MAX_RESULTS):
+                 max_results: int = MAX_RESULTS, thoughts: str = "plain"):
+        if thoughts not in THOUGHT_STYLES:
+            raise ValueError(f"thoughts must be one of {list(THOUGHT_STYLES)}, got {thoughts!r}")
         self.kb, self.backend, self.tool_budget, self.max_results = kb, backend, tool_budget, max_results
+        self.thoughts = thoughts
         self.expert = SearchSolver(backend, max_calls=tool_budget, max_results=max_results)
         self.rng = random.Random(seed)
         self.summary: Counter = Counter()
 
     def _solve(self, record: dict[str, Any]) -> SearchTrace | None:
-        fmt = question_format(record["question"])
-        base = record["question"][: -len(dict(FORMAT_INSTRUCTIONS)[fmt]) - 1] if fmt else record["question"]
-        trace = self.expert.solve(base)
+        trace = self.expert.solve(without_format(record["question"]))
         if trace.answer is None or trace.answer.casefold() != record["answer"].casefold():
             self.summary["rejected:expert_failed"] += 1
             return None
@@ -112,13 +169,30 @@ class SFTBuilder:
         phrase = describe(rel.relation, "o", name)
         return question, searched_turns(trace), value, f"{phrase[0].upper()}{phrase[1:]} is {value}."
 
-    def trajectory(self, record: dict[str, Any], category: str) -> dict[str, Any] | None:
-        """A single-, two- or multi-turn tool-use example for one verified QA record (None when it fails)."""
+    def solved(self, record: dict[str, Any]) -> tuple[list[dict[str, Any]], SearchTrace] | None:
+        """The single-question conversation of one verified QA record and the expert's trace (None if it fails)."""
         trace = self._solve(record)
         if trace is None:
             return None
         messages = [system_message(self.tool_budget), {"role": "user", "content": record["question"]},
                     *searched_turns(trace), _final_turn(trace, question_format(record["question"]))]
+        if self.thoughts == "rewrite":
+            rewrite = rewrite_thoughts(record["question"], trace)
+            if rewrite is None:
+                self.summary["rejected:no_rewrite"] += 1
+                return None
+            calls, final = rewrite
+            for turn, thought in zip(messages[2::2], calls):
+                turn["reasoning_content"] = thought
+            messages[-1]["reasoning_content"] = final
+        return messages, trace
+
+    def trajectory(self, record: dict[str, Any], category: str) -> dict[str, Any] | None:
+        """A single-, two- or multi-turn tool-use example for one verified QA record (None when it fails)."""
+        solved = self.solved(record)
+        if solved is None:
+            return None
+        messages, trace = solved
         if category != "single_turn":
             follow = self._follow_up(record)
             if follow is None:

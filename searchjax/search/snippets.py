@@ -17,6 +17,7 @@ term; a text with no matching sentence shows its opening, word-aligned.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Mapping
@@ -65,43 +66,54 @@ def _word_window(text: str, start: int, max_chars: int) -> str:
 def query_snippet(text: str, weights: Mapping[str, float], max_chars: int) -> str:
     """The snippet of `text` for a query whose terms have the IDF `weights` (module docstring).
 
-    `text` is whitespace-collapsed; the result has at most `max_chars` characters.
+    `text` is whitespace-collapsed; the result has at most `max_chars` characters. A text that fits whole is
+    its own snippet (every sentence chosen, all neighbours).
     """
     if max_chars < 1:
         raise ValueError(f"max_chars must be positive, got {max_chars}")
+    if len(text) <= max_chars:
+        return text
     wanted: dict[str, float] = {}
     for term, w in weights.items():
         wanted[stem(term)] = max(wanted.get(stem(term), 0.0), w)
     spans = split_sentences(text)
-    matches = [_matches(text, a, b, wanted) for a, b in spans]
-    scores = [sum(wanted[s] for s in {s for _, s in m}) for m in matches]
-    if not spans or max(scores) <= 0:
+    if not spans:
+        return ""
+    low = text.lower()
+    if len(low) != len(text):  # a letter whose lowercase is longer ("İ"): positions must stay the text's
+        low = "".join(c.lower()[0] for c in text)
+    seen: list[set[str]] = []
+    first: list[int] = []
+    for a, b in spans:
+        hits = [(m.start(), m.group()[:STEM_CHARS]) for m in TOKEN_RE.finditer(low, a, b)]
+        hits = [(at, st) for at, st in hits if st in wanted]
+        seen.append({st for _, st in hits})
+        first.append(hits[0][0] if hits else a)
+    scores = [sum(wanted[x] for x in found) for found in seen]
+    best = max(range(len(spans)), key=lambda i: (scores[i], -i))
+    if scores[best] <= 0:
         return _word_window(text, 0, max_chars)
-    order = sorted(range(len(spans)), key=lambda i: (-scores[i], i))
-    best = order[0]
     if spans[best][1] - spans[best][0] > max_chars:
-        first = matches[best][0][0]
-        return _word_window(text, max(spans[best][0], first - _LEAD_CHARS), max_chars)
+        return _word_window(text, max(spans[best][0], first[best] - _LEAD_CHARS), max_chars)
     chosen: list[int] = []
-    for i in order:
-        trial = sorted(chosen + [i])
-        if len(_join(text, spans, trial)) <= max_chars:
-            chosen = trial
-    return _join(text, spans, chosen)
+    length = 0
+    for i in sorted(range(len(spans)), key=lambda i: (-scores[i], i)):
+        at = bisect.bisect_left(chosen, i)
+        before = chosen[at - 1] if at else None
+        after = chosen[at] if at < len(chosen) else None
+        grown = length + spans[i][1] - spans[i][0] + _sep(text, spans, before, i) + _sep(text, spans, i, after)
+        grown -= _sep(text, spans, before, after)
+        if grown <= max_chars:
+            chosen.insert(at, i)
+            length = grown
+    return "".join((_gap(text, spans, chosen[k - 1], i) if k else "") + text[spans[i][0]:spans[i][1]]
+                   for k, i in enumerate(chosen))
 
 
-def _matches(text: str, a: int, b: int, wanted: Mapping[str, float]) -> list[tuple[int, str]]:
-    """(position, stem) of the words of text[a:b] whose stem is a query term's."""
-    found = ((m.start(), stem(m.group().lower())) for m in TOKEN_RE.finditer(text, a, b))
-    return [(at, s) for at, s in found if s in wanted]
+def _gap(text: str, spans: list[tuple[int, int]], before: int, i: int) -> str:
+    """What joins chosen sentence `before` to chosen sentence `i`: the text between neighbours, else GAP."""
+    return text[spans[before][1]:spans[i][0]] if i == before + 1 else GAP
 
 
-def _join(text: str, spans: list[tuple[int, int]], chosen: list[int]) -> str:
-    """The chosen sentences in order: neighbours with the text between them, others with GAP."""
-    parts = []
-    for k, i in enumerate(chosen):
-        if k:
-            before = chosen[k - 1]
-            parts.append(text[spans[before][1]:spans[i][0]] if i == before + 1 else GAP)
-        parts.append(text[spans[i][0]:spans[i][1]])
-    return "".join(parts)
+def _sep(text: str, spans: list[tuple[int, int]], before: int | None, after: int | None) -> int:
+    return 0 if before is None or after is None else len(_gap(text, spans, before, after))

@@ -236,6 +236,28 @@ def test_cli_writes_filtered_pairs_and_reports_the_kept_share(world, built, tmp_
     rows, _ = read_preferences(tmp_path / "prefs.jsonl")
     assert len(rows) == report["written"] == sum(c["kept"] for c in report["categories"].values())
     assert main(args) == 1 and "exists" in capsys.readouterr().err  # never clobbered without --overwrite
+    # --results sets the search results per call shown in the pairs' trajectories (the config's max_results).
+    assert main([*args, "--overwrite", "--results", "1"]) == 0
+    capsys.readouterr()
+    one, _ = read_preferences(tmp_path / "prefs.jsonl")
+    shown = [m["content"].count("\nURL: ") for r in one for m in r["prompt"] if m["role"] == "tool"]
+    assert shown and max(shown) == 1
     (tmp_path / "llm.yaml").write_text("judges: [rules, llm]\nmin_agree: 2\n")
     assert main([*args, "--overwrite", "--config", str(tmp_path / "llm.yaml")]) == 1
     assert "no --judge-url" in capsys.readouterr().err
+
+
+def test_rewrite_thoughts_keep_the_chain_and_swap_the_answer(kb, backend, built):
+    _, _, _, qa = built
+    plain = {p["source"]: p for p in built[0] if p["category"] == "format" and p["source"] in {r["id"] for r in qa}}
+    cfg = PreferenceConfig(pairs_per_category=24, seed=0, categories=("correctness", "format"), thoughts="rewrite")
+    pairs = list(PreferenceBuilder(kb, backend, cfg).build(qa, []))
+    fmt = {p["source"]: p for p in pairs if p["category"] == "format"}
+    # The format pairs list the same chain whatever the thinking style (it comes from the expert's trace).
+    assert fmt and all(fmt[s]["chosen"] == plain[s]["chosen"] for s in fmt.keys() & plain.keys())
+    for p in (p for p in pairs if p["category"] == "correctness"):
+        chosen, rejected = p["chosen"][0], p["rejected"][0]
+        assert chosen["reasoning_content"].startswith("The question is now: ")
+        assert "So the answer is " in chosen["reasoning_content"] and chosen != rejected
+    with pytest.raises(TypeError, match="PreferenceConfig.thoughts"):
+        PreferenceConfig(thoughts="loud")

@@ -118,3 +118,47 @@ def test_preference_example_from_a_minimal_rubric_row():
     validate_sft_record(example)
     assert example["category"] == "rubric" and example["split"] == "train"
     assert example["messages"][-1] == {"role": "assistant", "content": "Please fix."}
+
+
+def test_nested_descriptions_and_substitution():
+    from searchjax.data.sft import nested_descriptions, substitute
+
+    q = "What is the event where the founder of the organisation founded in 2008 spoke?"
+    assert nested_descriptions(q) == ["the organisation founded in 2008",
+                                      "the founder of the organisation founded in 2008",
+                                      "the event where the founder of the organisation founded in 2008 spoke"]
+    assert substitute(q, "the founder of the organisation founded in 2008", "Krawov Fuvawiath") == \
+        "What is the event where Krawov Fuvawiath spoke?"
+    assert nested_descriptions("Tell me a joke.") is None
+
+
+def test_rewrite_thoughts_state_the_question_left_at_every_hop(kb, backend):
+    qa = list(QAGenerator(kb, SearchSolver(backend), SynthConfig(n=24, seed=5, augment_fraction=0.5)).generate())
+    plain = {r["id"]: r for r in SFTBuilder(kb, backend, seed=0).build(qa)}
+    builder = SFTBuilder(kb, backend, seed=0, thoughts="rewrite")
+    rewrite = {r["id"]: r for r in builder.build(qa)}
+    assert rewrite.keys() == plain.keys() and not builder.summary["rejected:no_rewrite"]
+    qa_by_id = {r["id"]: r for r in qa}
+    checked = 0
+    for rid, r in rewrite.items():
+        if r["category"] != "single_turn":
+            continue
+        record = qa_by_id[r["sources"][0]]
+        calls = [m for m in r["messages"] if m.get("tool_calls")]
+        old = [m for m in plain[rid]["messages"] if m.get("tool_calls")]
+        # Same searches; the thought of hop k > 1 adds the question left, which names the entity hop k-1 found
+        # (it is the next query's known side) and no longer holds the description hop k-1 resolved.
+        assert [c["tool_calls"] for c in calls] == [c["tool_calls"] for c in old]
+        assert calls[0]["reasoning_content"] == old[0]["reasoning_content"]
+        for c, o in zip(calls[1:], old[1:]):
+            left, _, rest = c["reasoning_content"].removeprefix("The question is now: ").partition(" I need ")
+            assert "I need " + rest == o["reasoning_content"]
+            assert len(left) < len(record["question"]) + 40 and left.split()[0] == record["question"].split()[0]
+        final = r["messages"][-1]
+        assert final["reasoning_content"].endswith(f"So the answer is {record['answer']}.")
+        assert record["answer"] in final["reasoning_content"].removeprefix("The question is now: ").split(" So ")[0]
+        assert final["content"] == plain[rid]["messages"][-1]["content"]
+        checked += 1
+    assert checked >= 3
+    with pytest.raises(ValueError, match="thoughts must be one of"):
+        SFTBuilder(kb, backend, thoughts="verbose")
