@@ -184,7 +184,12 @@ def test_gradients_of_the_two_orders_combine_as_the_formula_says():
 
     g_sym, g_ab, g_ba = jax.jit(lambda p: [jax.grad(lambda q: losses(q)[i])(p) for i in range(3)])(params)
     want = jax.tree.map(lambda u, v: 0.5 * u + 0.5 * v, g_ab, g_ba)
-    chex.assert_trees_all_close(g_sym, want, rtol=1e-4, atol=1e-8)  # whole-model fp32 (CONVENTIONS)
+    # Whole-model fp32 at 1e-4 (CONVENTIONS), relative to each leaf's scale: the two sides sum the same terms in
+    # another order, so an element near zero carries the rounding of the leaf's large terms (CI saw 6e-5 vs 6e-5
+    # off by 6e-8, 1e-3 of itself but 1e-7 of the leaf).
+    for (path, got), ref in zip(jax.tree_util.tree_leaves_with_path(g_sym), jax.tree.leaves(want)):
+        scale = float(jnp.abs(ref).max())
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * scale, err_msg=jax.tree_util.keystr(path))
     assert float(jnp.abs(g_ab.head - g_ba.head).max()) > 1e-6, "the two orders should pull differently"
 
 
