@@ -8,7 +8,8 @@
     RUN/final/          the final model in HF format (plus tokenizer.json)
 
 A start on a missing or empty directory begins a fresh run. A start on a run directory of the same stage resumes
-it, provided its config.yaml equals the resolved config (else it refuses, naming the keys that differ).
+it, provided its config.yaml equals the resolved config (else it refuses, naming the keys that differ); keys that
+change only the display (`DISPLAY_ONLY`: the progress bar) may differ.
 `overwrite=True` removes the directory and begins afresh. Anything else (foreign files, another stage) refuses
 with a message, before any work starts.
 """
@@ -67,6 +68,9 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
+DISPLAY_ONLY = frozenset({"progress"})  # keys a resume may change: they alter what is shown, never what is computed
+
+
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted keys whose values differ between two resolved configs."""
     a, b = _flatten(old), _flatten(new)
@@ -119,7 +123,7 @@ def _decide(root: Path, stage: str, resolved: dict[str, Any], overwrite: bool) -
             raise ConfigError(f"--out {root}: holds a {meta.get('stage')!r} run, not {stage!r}; pass --overwrite "
                               "to replace it")
         old = yaml.safe_load((root / "config.yaml").read_text()) if (root / "config.yaml").exists() else {}
-        diff = config_diff(old or {}, resolved)
+        diff = [k for k in config_diff(old or {}, resolved) if k not in DISPLAY_ONLY]
         if diff:
             raise ConfigError(f"--out {root}: its config.yaml differs from this run's config in {diff[:8]}; resume "
                               "with the same config, or pass --overwrite to start afresh")
