@@ -18,6 +18,7 @@ term; a text with no matching sentence shows its opening, word-aligned.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -27,8 +28,10 @@ from searchjax.search.types import TOKEN_RE
 STEM_CHARS = 6
 GAP = " ... "
 _LEAD_CHARS = 60  # context kept before the first matched term when one sentence alone is too long
-# A sentence ends at . ! ? or an ideographic full stop, followed by whitespace (or, after "。", by anything).
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=。)\s*")
+# A sentence ends at . ! ? or an ideographic full stop, followed by whitespace (or, after "。", by anything): the
+# match is the stop and the whitespace after it. (No lookbehind: sre then scans for the stop characters fast,
+# where a leading lookbehind is tried at every position, ten times slower.)
+_SENTENCE_END = re.compile(r"[.!?]\s+|。\s*")
 
 
 def stem(term: str) -> str:
@@ -44,8 +47,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of whitespace-collapsed `text`, in order."""
     spans, start = [], 0
     for m in _SENTENCE_END.finditer(text):
-        if m.start() > start:
-            spans.append((start, m.start()))
+        spans.append((start, m.start() + 1))  # the sentence keeps its stop (one character)
         start = m.end()
     if start < len(text):
         spans.append((start, len(text)))
@@ -82,13 +84,7 @@ def query_snippet(text: str, weights: Mapping[str, float], max_chars: int) -> st
     low = text.lower()
     if len(low) != len(text):  # a letter whose lowercase is longer ("İ"): positions must stay the text's
         low = "".join(c.lower()[0] for c in text)
-    seen: list[set[str]] = []
-    first: list[int] = []
-    for a, b in spans:
-        hits = [(m.start(), m.group()[:STEM_CHARS]) for m in TOKEN_RE.finditer(low, a, b)]
-        hits = [(at, st) for at, st in hits if st in wanted]
-        seen.append({st for _, st in hits})
-        first.append(hits[0][0] if hits else a)
+    seen, first = matched_stems(low, spans, wanted)
     scores = [sum(wanted[x] for x in found) for found in seen]
     best = max(range(len(spans)), key=lambda i: (scores[i], -i))
     if scores[best] <= 0:
@@ -101,8 +97,8 @@ def query_snippet(text: str, weights: Mapping[str, float], max_chars: int) -> st
         at = bisect.bisect_left(chosen, i)
         before = chosen[at - 1] if at else None
         after = chosen[at] if at < len(chosen) else None
-        grown = length + spans[i][1] - spans[i][0] + _sep(text, spans, before, i) + _sep(text, spans, i, after)
-        grown -= _sep(text, spans, before, after)
+        grown = length + spans[i][1] - spans[i][0] + _sep(spans, before, i) + _sep(spans, i, after)
+        grown -= _sep(spans, before, after)
         if grown <= max_chars:
             chosen.insert(at, i)
             length = grown
@@ -110,10 +106,43 @@ def query_snippet(text: str, weights: Mapping[str, float], max_chars: int) -> st
                    for k, i in enumerate(chosen))
 
 
+def matched_stems(low: str, spans: list[tuple[int, int]], stems) -> tuple[list[set[str]], list[int]]:
+    """For each sentence span of the lowercased text `low`: the set of `stems` among its tokens' stems
+    (stem(t) for each TOKEN_RE token t), and the position of its first such token (the span's start if none)."""
+    seen: list[set[str]] = [set() for _ in spans]
+    first = [a for a, _ in spans]
+    starts = [a for a, _ in spans]
+    for m in _stem_pattern(frozenset(x for x in stems if TOKEN_RE.fullmatch(x))).finditer(low):
+        i = bisect.bisect_right(starts, m.start()) - 1
+        if i >= 0 and m.start() < spans[i][1]:  # not in the whitespace between two sentences
+            if not seen[i]:
+                first[i] = m.start()
+            seen[i].add(m.group())
+    return seen, first
+
+
+@functools.lru_cache(maxsize=256)
+def _stem_pattern(stems: frozenset[str]) -> re.Pattern:
+    """One regex finding every token (a maximal run of TOKEN_RE's characters) whose stem is in `stems`: the token
+    starts there, and a stem shorter than STEM_CHARS must also end the token. A single C-level scan of the text
+    per snippet instead of a Python step per token; the stems are the keys of a query's weights, so the ten
+    snippets of one search share one compiled pattern."""
+    if not stems:
+        return re.compile(r"(?!)")
+    # Each alternative is the stem, then a lookbehind over it saying no token character precedes it (placed
+    # after the literal so that sre scans for the stems' first characters instead of trying every position).
+    alts = "|".join(re.escape(s) + rf"(?<![^\W_]{re.escape(s)})" + ("" if len(s) >= STEM_CHARS else r"(?![^\W_])")
+                    for s in sorted(stems, key=lambda s: (-len(s), s)))
+    return re.compile(f"(?:{alts})")
+
+
 def _gap(text: str, spans: list[tuple[int, int]], before: int, i: int) -> str:
     """What joins chosen sentence `before` to chosen sentence `i`: the text between neighbours, else GAP."""
     return text[spans[before][1]:spans[i][0]] if i == before + 1 else GAP
 
 
-def _sep(text: str, spans: list[tuple[int, int]], before: int | None, after: int | None) -> int:
-    return 0 if before is None or after is None else len(_gap(text, spans, before, after))
+def _sep(spans: list[tuple[int, int]], before: int | None, after: int | None) -> int:
+    """len(_gap(...)) without building the string; 0 at either end of the snippet."""
+    if before is None or after is None:
+        return 0
+    return spans[after][0] - spans[before][1] if after == before + 1 else len(GAP)

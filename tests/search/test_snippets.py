@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchjax.search import MemoryBackend
-from searchjax.search.snippets import GAP, idf, query_snippet, split_sentences
+from searchjax.search.snippets import GAP, STEM_CHARS, idf, matched_stems, query_snippet, split_sentences
+from searchjax.search.types import TOKEN_RE
 
 DOC = ("Union of Vesuto Chemists is an organisation. The headquarters of Union of Vesuto Chemists are in Jipom. "
        "Union of Vesuto Chemists dates from 2014. Kouwun Zazirk is among its members. "
@@ -84,3 +87,49 @@ def test_snippets_are_bounded_and_made_of_the_text(sentences, terms, max_chars):
     assert len(snip) <= max_chars
     for piece in snip.split(GAP):
         assert piece in text
+
+
+def _reference_matches(low, spans, stems):
+    """The definition matched_stems implements with one regex: every token of every sentence, one at a time."""
+    seen, first = [], []
+    for a, b in spans:
+        hits = [(m.start(), m.group()[:STEM_CHARS]) for m in TOKEN_RE.finditer(low, a, b)]
+        hits = [(at, s) for at, s in hits if s in stems]
+        seen.append({s for _, s in hits})
+        first.append(hits[0][0] if hits else a)
+    return seen, first
+
+
+tokens = st.sampled_from(["found", "founded", "founder", "foun", "x", "x_y", "2,201", "ωmega", "東京", "a.b",
+                          "organiser", "organised", "orga", "İstanbul", "q?", "!", "。"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(tokens, min_size=1, max_size=30), st.lists(st.sampled_from(["  ", " ", ". ", "", "_"]),
+       min_size=30, max_size=30), st.sets(st.sampled_from(["found", "founde", "foun", "x", "y", "2", "201",
+                                                        "ωmega", "東京", "a.b", "organi", "orga", "i̇stanb", "q"])))
+def test_matched_stems_is_the_per_token_definition(words, seps, stems):
+    text = " ".join("".join(w + s for w, s in zip(words, seps)).split())
+    low = text.lower()
+    if len(low) != len(text):
+        low = "".join(c.lower()[0] for c in text)
+    spans = split_sentences(text)
+    assert matched_stems(low, spans, stems) == _reference_matches(low, spans, stems)
+
+
+def _reference_sentences(text):
+    """split_sentences's definition: a sentence ends after . ! ? followed by whitespace, or after "。"."""
+    spans, start = [], 0
+    for m in re.finditer(r"(?<=[.!?])\s+|(?<=。)\s*", text):
+        if m.start() > start:
+            spans.append((start, m.start()))
+        start = m.end()
+    if start < len(text):
+        spans.append((start, len(text)))
+    return spans
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab .!?。 \n", max_size=40))
+def test_split_sentences_is_its_definition(text):
+    assert split_sentences(text) == _reference_sentences(text)
