@@ -36,14 +36,24 @@ def test_segment_positions_restart_in_every_segment():
     np.testing.assert_array_equal(segment_positions(seg), [[0, 1, 2, 0, 1, 0, 0, 1], list(range(8))])
 
 
+def _alone(seqs):
+    """The sequences unpacked, one per row, right-padded to the longest: [n, width] tokens and the in-sequence mask
+    (causal: padding after a sequence changes none of its logits, so one batch is every sequence run alone)."""
+    width = max(len(s) for s in seqs)
+    rows = np.zeros((len(seqs), width), np.int32)
+    for i, s in enumerate(seqs):
+        rows[i, : len(s)] = s
+    return jnp.asarray(rows), jnp.asarray(np.arange(width)[None] < np.asarray([len(s) for s in seqs])[:, None])
+
+
 def test_each_packed_sequence_has_the_logits_it_has_alone(model):
     cfg, params = model
     seqs, row, seg = _packed(cfg)
     packed = forward(params, row, cfg, segments=seg)
+    alone = forward(params, _alone(seqs)[0], cfg)
     at = 0
-    for s in seqs:
-        alone = forward(params, jnp.asarray(s)[None], cfg)
-        np.testing.assert_allclose(packed[0, at: at + len(s)], alone[0], atol=2e-5, rtol=2e-5)
+    for i, s in enumerate(seqs):
+        np.testing.assert_allclose(packed[0, at: at + len(s)], alone[i, : len(s)], atol=2e-5, rtol=2e-5)
         at += len(s)
 
 
@@ -55,26 +65,22 @@ def test_one_segment_row_equals_the_unpacked_forward(model):
 
 
 def test_packed_gradient_is_the_sum_of_the_sequences_gradients(model):
-    """d/dθ Σ_tokens log p(next) over a packed row = Σ over the sequences of the same, each run alone."""
+    """d/dθ Σ_tokens log p(next) over a packed row = Σ over the sequences of the same, each run alone (`_alone`:
+    one batch, the padding's positions left out of the sum), so two programs compile, not one per length."""
     cfg, params = model
     seqs, row, seg = _packed(cfg, seed=20)
+    alone, in_seq = _alone(seqs)
 
-    def logp_sum(p, toks, segments=None):
+    def logp_sum(p, toks, keep, segments=None):
         logits = forward(p, toks, cfg, segments=segments)
         lp = jax.nn.log_softmax(logits[:, :-1], axis=-1)
         picked = jnp.take_along_axis(lp, toks[:, 1:, None], axis=-1)[..., 0]
-        if segments is None:
-            return picked.sum()
-        same = (segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] > 0)  # next token in the same sequence
-        return jnp.where(same, picked, 0.0).sum()
+        return jnp.where(keep, picked, 0.0).sum()
 
-    grad = jax.jit(jax.grad(logp_sum))  # one program per shape: op-by-op dispatch compiles every primitive
-    packed = grad(params, row, seg)
-    alone = jax.tree.map(jnp.zeros_like, params)
-    for s in seqs:
-        if len(s) > 1:
-            alone = jax.tree.map(jnp.add, alone, grad(params, jnp.asarray(s)[None]))
-    for a, b in zip(jax.tree.leaves(packed), jax.tree.leaves(alone)):
+    same = (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0)  # the next token is in the same sequence
+    packed = jax.jit(jax.grad(lambda p: logp_sum(p, row, same, seg)))(params)
+    summed = jax.jit(jax.grad(lambda p: logp_sum(p, alone, in_seq[:, 1:])))(params)
+    for a, b in zip(jax.tree.leaves(packed), jax.tree.leaves(summed)):
         np.testing.assert_allclose(a, b, atol=2e-4, rtol=2e-4)
 
 
