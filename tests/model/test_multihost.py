@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 SEQ_SHAPE = (4, 16)
-WORKER_TIMEOUT_S = 150
+WORKER_TIMEOUT_S = 600
 
 
 def _tokens(vocab_size: int) -> np.ndarray:
@@ -30,7 +30,7 @@ def _worker(process_id: int, port: int, out: Path) -> None:
     from searchjax.model import forward, init_params, load_preset
     from searchjax.sharding import make_mesh
 
-    assert maybe_initialize(2, process_id, f"127.0.0.1:{port}", initialization_timeout_s=60)
+    assert maybe_initialize(2, process_id, f"127.0.0.1:{port}", initialization_timeout_s=300)
     assert jax.process_count() == 2 and len(jax.devices()) == 4 and len(jax.local_devices()) == 2
     cfg = load_preset("tiny")
     mesh = make_mesh({"fsdp": 2, "tensor": 2})

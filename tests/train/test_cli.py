@@ -34,7 +34,7 @@ def _env():
 
 
 def _run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=1200, **kw)
 
 
 def _final_params(run: Path) -> dict[str, np.ndarray]:

@@ -161,7 +161,7 @@ def test_two_processes_match_one(rl_workspace, tmp_path):  # noqa: F811
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
     procs += [subprocess.Popen(_cmd(ws, tmp_path / "two", *ARGS, *dist, f"distributed.process_id={i}"), env=_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=900) for p in procs]
+    outs = [p.communicate(timeout=1500) for p in procs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
 

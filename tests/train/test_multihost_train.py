@@ -39,7 +39,7 @@ def test_two_processes_match_one(workspace, tmp_path):
     one, dev = tmp_path / "one", _short_dev(workspace, tmp_path / "dev.jsonl")
     # One device: the in-process rendezvous of 2 fake devices times out (40 s) on a loaded 2-core machine.
     env1 = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-    r = subprocess.run(_cmd(workspace, one, dev), env=env1, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(_cmd(workspace, one, dev), env=env1, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
 
     two = tmp_path / "two"
@@ -48,7 +48,7 @@ def test_two_processes_match_one(workspace, tmp_path):
     procs = [subprocess.Popen(_cmd(workspace, two, dev, "distributed.num_processes=2", f"distributed.process_id={i}",
                                    f"distributed.coordinator_address=127.0.0.1:{port}"),
                               env=env2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=600) for p in procs]
+    outs = [p.communicate(timeout=1200) for p in procs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
 
