@@ -94,7 +94,7 @@ def test_sigterm_mid_write_keeps_the_previous_output(tmp_path):
         except KeyboardInterrupt:
             sys.exit(130)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 130, proc.stderr
     assert out.read_text() == "good\n" * 10
     assert _siblings(out) == ["qa.jsonl"]

@@ -100,7 +100,7 @@ def test_sigterm_leaves_the_previous_output_and_nothing_else(small_world, tmp_pa
     try:
         assert "building the index" in proc.stderr.readline()  # the command is running (handlers installed)
         proc.send_signal(signal.SIGTERM)
-        err = proc.communicate(timeout=60)[1]
+        err = proc.communicate(timeout=300)[1]
     finally:
         proc.kill()
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err

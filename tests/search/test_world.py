@@ -37,7 +37,7 @@ def test_world_build_is_deterministic_across_processes(tmp_path):
             "build_world(sys.argv[1], seed=5, n_docs=800, n_real_cities=20, progress=False)")
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        subprocess.run([sys.executable, "-c", code, str(tmp_path / hash_seed)], env=env, check=True, timeout=120)
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / hash_seed)], env=env, check=True, timeout=300)
     assert _read(tmp_path / "1") == _read(tmp_path / "2")
 
 
@@ -184,7 +184,7 @@ def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", code, "serve-search", "--index", str(index_dir), "--port",
                              str(port)], stdout=subprocess.PIPE, text=True)
     try:
-        wait_until_serving(f"http://127.0.0.1:{port}")
+        wait_until_serving(f"http://127.0.0.1:{port}", timeout_s=300)
         assert proc.stdout.readline().startswith(f"serving {index_dir} on http://127.0.0.1:{port}")
         hits = HttpBackend(f"http://127.0.0.1:{port}", timeout_s=5.0).search("capital of France")
         assert hits and hits[0].title == "France"
@@ -192,5 +192,5 @@ def test_cli_serve_search_answers_and_stops(index_dir, tmp_path):
         proc.terminate()
         proc.wait(timeout=10)
     bad = subprocess.run([sys.executable, "-c", code, "serve-search", "--index", str(tmp_path), "--port",
-                          str(port)], capture_output=True, text=True, timeout=60)
+                          str(port)], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "not a searchjax index" in bad.stderr and "serving" not in bad.stdout

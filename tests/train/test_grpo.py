@@ -336,13 +336,13 @@ def test_grpo_cli_bad_input_fails_before_loading(rl_workspace, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(QA) + "\n" + '{"id": "x", "question": 5, "answer": "a"}\n')
     r = subprocess.run(_cmd({**rl_workspace, "qa": bad}, tmp_path / "run"), capture_output=True, text=True,
-                       env=_env(), timeout=300)
+                       env=_env(), timeout=600)
     assert r.returncode != 0 and "bad.jsonl:2" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     r = subprocess.run(_cmd({**rl_workspace, "rm": tmp_path}, tmp_path / "run2"), capture_output=True, text=True,
-                       env=_env(), timeout=300)
+                       env=_env(), timeout=600)
     assert r.returncode != 0 and "--reward-model" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run(_cmd(rl_workspace, tmp_path / "run3", "rollout.top_p=0.9"), capture_output=True, text=True,
-                       env=_env(), timeout=300)
+                       env=_env(), timeout=600)
     assert r.returncode != 0 and "top_p" in r.stderr and "Traceback" not in r.stderr
 
