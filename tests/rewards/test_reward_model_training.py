@@ -77,7 +77,8 @@ def test_symmetric_loss_falls_on_a_learnable_toy_set(start):
 
 def test_backbone_freeze_trains_the_head_only(start):
     cfg, params = start
-    scorer = PointwiseScorer(cfg)
+    # The toy test's scorer, so its compiled step serves here too (the pointwise scorer trains end to end below).
+    scorer = PairwiseScorer(cfg, PairTemplate.from_encoder(char_encode))
     frozen, _ = train(scorer, params, [toy_batch(scorer, 0)], steps=3, freeze=True)
     chex_equal = jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), frozen.params.backbone, params.backbone)
     assert all(jax.tree.leaves(chex_equal)), "a frozen backbone must not move"
