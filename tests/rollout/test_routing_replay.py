@@ -22,10 +22,16 @@ def routed_engine(cfg, params, tokenizer):
                            sampling=Sampling(1.0), record_routes=True)
 
 
-def _own_routes(params, cfg, seq):
-    """The training forward's own top-k of every position of `seq`, sorted: [n, L, k]."""
-    own = M.forward(params, jnp.asarray([seq], jnp.int32), cfg, return_aux=True)[1]["routes_own"][0]
-    return np.sort(np.asarray(own), axis=-1)
+def _own_routes(params, cfg, seqs):
+    """The training forward's own top-k of every position of each sequence, sorted: [n, L, k] each. One forward
+    over the sequences right-padded to the longest (causal, and each token's router sees only its own hidden
+    state: padding after a sequence changes none of its routes), so one program compiles, not one per length."""
+    width = max(len(s) for s in seqs)
+    rows = np.zeros((len(seqs), width), np.int32)
+    for i, s in enumerate(seqs):
+        rows[i, : len(s)] = s
+    own = np.sort(np.asarray(M.forward(params, jnp.asarray(rows), cfg, return_aux=True)[1]["routes_own"]), axis=-1)
+    return [own[i, : len(s)] for i, s in enumerate(seqs)]
 
 
 def test_completion_routes_cover_every_position_across_continued_turns(routed_engine, params, cfg, tokenizer):
@@ -46,11 +52,11 @@ def test_completion_routes_cover_every_position_across_continued_turns(routed_en
     driver = RolloutDriver(routed_engine, params)
     done = {c.request.tag: c for c in driver.run(requests, on_finish=next_turn)}
     assert driver.stats.resumed == 6
-    for (i, turn), c in done.items():
-        seq = list(c.request.prompt) + c.tokens.tolist()
-        assert c.routes.shape == (len(seq), cfg.num_hidden_layers, cfg.num_experts_per_tok)
+    seqs = {tag: list(c.request.prompt) + c.tokens.tolist() for tag, c in done.items()}
+    for (tag, c), own in zip(done.items(), _own_routes(params, cfg, list(seqs.values()))):
+        assert c.routes.shape == (len(seqs[tag]), cfg.num_hidden_layers, cfg.num_experts_per_tok)
         assert c.routes.dtype == np.int16
-        np.testing.assert_array_equal(np.sort(c.routes, axis=-1), _own_routes(params, cfg, seq), err_msg=str((i, turn)))
+        np.testing.assert_array_equal(np.sort(c.routes, axis=-1), own, err_msg=str(tag))
 
 
 def test_an_engine_without_record_routes_reports_none(engine, params, tokenizer):
