@@ -3,9 +3,8 @@ stage of the recipe end to end, prints the evaluation table of the three policie
 curve, and a second run skips every stage.
 
 The test runs the demo recipe with fewer training steps, questions, pairs and documents (`SHRINK`, `OVERRIDES`):
-the same stages, commands, configs and batch widths, in about a third of the demo's time (session 17: 288 s
-against 814 s for the full demo in the suite, its longest test). The demo's own sizes load and chain in
-tests/test_pipeline.py."""
+the same stages, commands, configs and batch widths. In the suite it took 465 s where the full demo took 814 s
+(its longest test; session 17, BENCHMARKS.md). The demo's own sizes load and chain in tests/test_pipeline.py."""
 
 from __future__ import annotations
 
@@ -23,8 +22,8 @@ from searchjax.pipeline import load_recipe, stages
 
 DEMO = configs_dir() / "pipeline" / "demo.yaml"
 STAGE_NAMES = [st.name for st in stages(load_recipe(DEMO))]
-# Sizes of the shrunken demo: every training stage runs a few steps at the demo's widths (its buckets and
-# max_len stay, so the programs compiled are the demo's), the evaluation two held-out questions at every budget.
+# Sizes of the shrunken demo: every training stage runs a few steps at the demo's batch widths (its buckets and
+# max_len stay), the evaluation two held-out questions at every budget.
 SHRINK = {"world_docs": 600, "questions": 24, "rubric_prompts": 8, "pairs_per_category": 6, "eval_questions": 2,
           "eval_max_new_tokens": 48}
 OVERRIDES = {"lm": ["steps=4"], "sft": ["steps=3"], "grpo": ["steps=2"],

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from searchjax.data.bucketing import pad_rows
 from searchjax.model.deltanet import causal_conv, chunked_delta_rule
 from searchjax.model.transformer import forward, segment_positions
 from searchjax.testing.models import random_tokens, tiny_model
@@ -37,20 +38,17 @@ def test_segment_positions_restart_in_every_segment():
 
 
 def _alone(seqs):
-    """The sequences unpacked, one per row, right-padded to the longest: [n, width] tokens and the in-sequence mask
-    (causal: padding after a sequence changes none of its logits, so one batch is every sequence run alone)."""
-    width = max(len(s) for s in seqs)
-    rows = np.zeros((len(seqs), width), np.int32)
-    for i, s in enumerate(seqs):
-        rows[i, : len(s)] = s
-    return jnp.asarray(rows), jnp.asarray(np.arange(width)[None] < np.asarray([len(s) for s in seqs])[:, None])
+    """The sequences unpacked, one per row, right-padded to the longest (`pad_rows`: input_ids, and loss_mask = 1
+    where the next token is in the row's own sequence). Causal: padding after a sequence changes none of its
+    logits, so one batch is every sequence run alone."""
+    return pad_rows([(s, np.ones_like(s)) for s in seqs], max(len(s) for s in seqs), pad_id=0)
 
 
 def test_each_packed_sequence_has_the_logits_it_has_alone(model):
     cfg, params = model
     seqs, row, seg = _packed(cfg)
     packed = forward(params, row, cfg, segments=seg)
-    alone = forward(params, _alone(seqs)[0], cfg)
+    alone = forward(params, jnp.asarray(_alone(seqs)["input_ids"]), cfg)
     at = 0
     for i, s in enumerate(seqs):
         np.testing.assert_allclose(packed[0, at: at + len(s)], alone[i, : len(s)], atol=2e-5, rtol=2e-5)
@@ -69,7 +67,7 @@ def test_packed_gradient_is_the_sum_of_the_sequences_gradients(model):
     one batch, the padding's positions left out of the sum), so two programs compile, not one per length."""
     cfg, params = model
     seqs, row, seg = _packed(cfg, seed=20)
-    alone, in_seq = _alone(seqs)
+    alone = _alone(seqs)
 
     def logp_sum(p, toks, keep, segments=None):
         logits = forward(p, toks, cfg, segments=segments)
@@ -79,7 +77,8 @@ def test_packed_gradient_is_the_sum_of_the_sequences_gradients(model):
 
     same = (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0)  # the next token is in the same sequence
     packed = jax.jit(jax.grad(lambda p: logp_sum(p, row, same, seg)))(params)
-    summed = jax.jit(jax.grad(lambda p: logp_sum(p, alone, in_seq[:, 1:])))(params)
+    keep = jnp.asarray(alone["loss_mask"][:, :-1] > 0)
+    summed = jax.jit(jax.grad(lambda p: logp_sum(p, jnp.asarray(alone["input_ids"]), keep)))(params)
     for a, b in zip(jax.tree.leaves(packed), jax.tree.leaves(summed)):
         np.testing.assert_allclose(a, b, atol=2e-4, rtol=2e-4)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from searchjax import model as M
+from searchjax.data.bucketing import pad_rows
 from searchjax.rollout import Request, RolloutDriver, Sampling, SearchJaxEngine
 from searchjax.rollout.records import RolloutRecord, read_jsonl, to_arrays, write_jsonl
 
@@ -26,10 +27,7 @@ def _own_routes(params, cfg, seqs):
     """The training forward's own top-k of every position of each sequence, sorted: [n, L, k] each. One forward
     over the sequences right-padded to the longest (causal, and each token's router sees only its own hidden
     state: padding after a sequence changes none of its routes), so one program compiles, not one per length."""
-    width = max(len(s) for s in seqs)
-    rows = np.zeros((len(seqs), width), np.int32)
-    for i, s in enumerate(seqs):
-        rows[i, : len(s)] = s
+    rows = pad_rows([(s, np.ones_like(s)) for s in seqs], max(len(s) for s in seqs), pad_id=0)["input_ids"]
     own = np.sort(np.asarray(M.forward(params, jnp.asarray(rows), cfg, return_aux=True)[1]["routes_own"]), axis=-1)
     return [own[i, : len(s)] for i, s in enumerate(seqs)]
 
