@@ -13,6 +13,9 @@ a number) counts more than a common one. Truncation stemming lets "founder" meet
 `max_chars`, and shown in document order, " ... " between sentences that are not neighbours in the text. A best
 sentence longer than `max_chars` is shown as a word-aligned window starting a little before its first matched
 term; a text with no matching sentence shows its opening, word-aligned.
+
+query_snippet is the definition; searchjax.search.snippet_index.SnippetIndex returns the same snippets for an
+index's documents with the per-document work (the sentence split) done once, at load.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from searchjax.search.types import TOKEN_RE
 
 STEM_CHARS = 6
 GAP = " ... "
-_LEAD_CHARS = 60  # context kept before the first matched term when one sentence alone is too long
+LEAD_CHARS = 60  # context kept before the first matched term when one sentence alone is too long
 # A sentence ends at . ! ? or an ideographic full stop, followed by whitespace (or, after "。", by anything): the
 # match is the stop and the whitespace after it. (No lookbehind: sre then scans for the stop characters fast,
 # where a leading lookbehind is tried at every position, ten times slower.)
@@ -43,6 +46,22 @@ def idf(num_docs: int, doc_freq: int) -> float:
     return math.log1p(num_docs / (1 + doc_freq))
 
 
+def stem_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """The weight of each stem of the query's terms: the largest among its terms' weights (at least 0.0)."""
+    wanted: dict[str, float] = {}
+    for term, w in weights.items():
+        wanted[stem(term)] = max(wanted.get(stem(term), 0.0), w)
+    return wanted
+
+
+def lowercase(text: str) -> str:
+    """text.lower(), position for position: where a letter's lowercase is longer ("İ"), its first character."""
+    low = text.lower()
+    if len(low) != len(text):
+        low = "".join(c.lower()[0] for c in text)
+    return low
+
+
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of whitespace-collapsed `text`, in order."""
     spans, start = [], 0
@@ -54,7 +73,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _word_window(text: str, start: int, max_chars: int) -> str:
+def word_window(text: str, start: int, max_chars: int) -> str:
     """At most `max_chars` of `text` from `start`, moved forward to a word start and cut at a word end."""
     if start > 0 and not text[start - 1].isspace():
         space = text.find(" ", start)
@@ -75,22 +94,18 @@ def query_snippet(text: str, weights: Mapping[str, float], max_chars: int) -> st
         raise ValueError(f"max_chars must be positive, got {max_chars}")
     if len(text) <= max_chars:
         return text
-    wanted: dict[str, float] = {}
-    for term, w in weights.items():
-        wanted[stem(term)] = max(wanted.get(stem(term), 0.0), w)
+    wanted = stem_weights(weights)
     spans = split_sentences(text)
     if not spans:
         return ""
-    low = text.lower()
-    if len(low) != len(text):  # a letter whose lowercase is longer ("İ"): positions must stay the text's
-        low = "".join(c.lower()[0] for c in text)
+    low = lowercase(text)
     seen, first = matched_stems(low, spans, wanted)
     scores = [sum(wanted[x] for x in found) for found in seen]
     best = max(range(len(spans)), key=lambda i: (scores[i], -i))
     if scores[best] <= 0:
-        return _word_window(text, 0, max_chars)
+        return word_window(text, 0, max_chars)
     if spans[best][1] - spans[best][0] > max_chars:
-        return _word_window(text, max(spans[best][0], first[best] - _LEAD_CHARS), max_chars)
+        return word_window(text, max(spans[best][0], first[best] - LEAD_CHARS), max_chars)
     chosen: list[int] = []
     length = 0
     for i in sorted(range(len(spans)), key=lambda i: (-scores[i], i)):

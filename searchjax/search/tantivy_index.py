@@ -1,13 +1,15 @@
 """The embedded default backend: a tantivy index on disk built from a JSONL corpus (title, url, text).
 
 Ranking is tantivy's BM25 over the body field `text`; snippets are the body's sentences that hold the query's
-terms, weighted by the index's IDF (searchjax.search.snippets). The index directory holds the tantivy index (the body indexed with positions, not stored, and a
-fast field `row`) and DIR/docs.jsonl, the documents' [title, url, text] by row, which the backend keeps in
-memory: reading 10 documents from tantivy's compressed store cost twice the search itself, so the
-backend's memory grows with the corpus (about 1.5x the corpus text); larger corpora are served by one
-`serve-search` process. Queries are never handed to tantivy's query parser: the query is tokenized exactly as the body
-was (types.tokenize) and becomes a disjunction of term queries, so query-syntax characters (`:`, `"`, `(`,
-`^`, `~`, `*`, `AND`, ...) are ordinary text and can never raise.
+terms, weighted by the index's IDF (searchjax.search.snippets; the rows' sentences are split once, at load, by
+searchjax.search.snippet_index: ~8 bytes a sentence of the rows longer than a snippet). The index directory
+holds the tantivy index (the body indexed with positions, not stored, and a fast field `row`) and
+DIR/docs.jsonl, the documents' [title, url, text] by row, which the backend keeps in memory: reading 10
+documents from tantivy's compressed store cost twice the search itself, so the backend's memory grows with the
+corpus (about 1.5x the corpus text); larger corpora are served by one `serve-search` process. Queries are never
+handed to tantivy's query parser: the query is tokenized exactly as the body was (types.tokenize) and becomes a
+disjunction of term queries, so query-syntax characters (`:`, `"`, `(`, `^`, `~`, `*`, `AND`, ...) are
+ordinary text and can never raise.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import tantivy
 from tqdm import tqdm
 
 from searchjax.atomic import atomic_path, replaceable_dir
+from searchjax.search.snippet_index import SnippetIndex
 from searchjax.search.snippets import idf, query_snippet
 from searchjax.search.types import SearchError, SearchResult, check_k, iter_corpus, query_terms
 
@@ -120,18 +123,32 @@ class TantivyBackend:
         if len(self._rows) != self._searcher.num_docs:
             raise SearchError(f"{index_dir}: {_DOCS_FILE} has {len(self._rows)} rows for "
                               f"{self._searcher.num_docs} indexed documents; rebuild the index")
+        self._snippets = SnippetIndex([text for _title, _url, text in self._rows], SNIPPET_MAX_CHARS)
 
     @property
     def num_docs(self) -> int:
         return self._searcher.num_docs
 
     def search(self, query: str, k: int = 10) -> list[SearchResult]:
+        rows, weights = self._hits(query, k)
+        snippet_query = self._snippets.query(weights)  # once per search: its stems and their weights
+        return [SearchResult(*self._rows[row][:2], self._snippets.snippet(row, snippet_query)) for row in rows]
+
+    def reference_search(self, query: str, k: int = 10) -> list[SearchResult]:
+        """search() with every snippet from the definition, snippets.query_snippet, instead of the SnippetIndex:
+        the two must be equal (tests/search/test_snippet_index.py, tools/bench_search.py)."""
+        rows, weights = self._hits(query, k)
+        return [SearchResult(*self._rows[row][:2], query_snippet(self._rows[row][2], weights, SNIPPET_MAX_CHARS))
+                for row in rows]
+
+    def _hits(self, query: str, k: int) -> tuple[list[int], dict[str, float]]:
+        """The rows of the top `k` documents, best first, and the IDF weights of the query's terms."""
         if not isinstance(query, str):
             raise SearchError(f"query must be a string, got {type(query).__name__}")
         k = check_k(k)
         terms = query_terms(query)
         if not terms:
-            return []
+            return [], {}
         q = bm25_query(self._schema, terms)
         try:
             hits = self._searcher.search(q, limit=k, count=False).hits  # counting would score every match
@@ -139,8 +156,4 @@ class TantivyBackend:
             weights = {t: idf(self.num_docs, self._searcher.doc_freq("text", t)) for t in terms} if rows else {}
         except (ValueError, OSError, RuntimeError) as e:
             raise SearchError(f"tantivy search failed: {e}") from e
-        out = []
-        for row in rows:
-            title, url, text = self._rows[row]
-            out.append(SearchResult(title, url, query_snippet(text, weights, SNIPPET_MAX_CHARS)))
-        return out
+        return rows, weights
