@@ -4,6 +4,8 @@ Side by side in one run:
 - embedded TantivyBackend (BM25 + snippets + stored fields) vs the bare tantivy top-10 search on the same
   index and queries (the machine's own ceiling for this index): queries/s and their ratio, medians of
   --rounds alternating passes;
+- whether TantivyBackend's results equal reference_search's (the same hits with snippets from the definition,
+  snippets.query_snippet) on every query: the run exits 1 if not;
 - the HTTP service (a separate process on loopback) vs the embedded backend: queries/s and their ratio;
 - recall@10 of the first-hop document: for a relation r sampled from the KB, the query is the phrase that
   names r's far side through its subject (KnowledgeBase.describe_object, e.g. "the birthplace of Ludev
@@ -137,6 +139,8 @@ def main(argv=None) -> int:
     out["tantivy_qps"], out["bare_tantivy_qps"] = paired_qps(backend.search, bare_tantivy(index), queries,
                                                              args.rounds)
     out["tantivy_vs_bare"] = out["tantivy_qps"] / out["bare_tantivy_qps"]
+    same = sum(backend.search(q) == backend.reference_search(q) for q in queries)
+    out["same_results_as_reference"] = same / len(queries)
     proc, url = http_service(index)
     try:
         out["http_qps"] = qps(HttpBackend(url, timeout_s=5.0).search, queries)
@@ -155,7 +159,7 @@ def main(argv=None) -> int:
     for key, target in TARGETS.items():
         out[f"{key}_vs_target"] = out[key] / target
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}, indent=1))
-    return 0
+    return 0 if out["same_results_as_reference"] == 1.0 else 1
 
 
 if __name__ == "__main__":
