@@ -8,17 +8,18 @@ time on the bench world. `SnippetIndex.snippet(row, query)` returns the same str
 - the sentence spans (split_sentences) of every text longer than `max_chars` are found once, when the index is
   built, and kept in two flat arrays of starts and ends, 8 bytes a sentence (a text that fits is its own
   snippet and needs none): on the bench world's 100,030 documents, 305,675 sentences, 2.8 MB with the row
-  offsets, split in ~0.3 s;
+  offsets, split in 0.3-0.4 s;
 - `SnippetIndex.query(weights)`, once per search, takes the query's stems and their weights (stem_weights);
 - a stem is found in the lowercased text by `str.find` and kept where it is a whole token's stem: no token
   character (`[^\\W_]`, which is `str.isalnum`) just before it, nor just after it when it is shorter than
   STEM_CHARS. These are matched_stems' matches with no regex to compile; each sentence's set of stems is filled
   in text order, as there, so the sets, and the float sums of their weights, are the same;
 - only the matched sentences are ranked by score; the others follow in document order (all score 0), and the
-  greedy fill adds sentences in that order as query_snippet does.
+  greedy fill adds sentences in that order as query_snippet does, passing over at once a sentence longer than
+  the room left plus one GAP (adding a sentence costs at least its length less one GAP).
 
-That ranking needs every matched sentence to score above 0 (IDF weights are positive); for other weights the
-snippet is query_snippet's own.
+That ranking needs every matched sentence to score above 0, as IDF weights (positive) make it; where one scores
+0 (weights of 0, below 0 or NaN, which stem_weights makes 0.0), the snippet is query_snippet's own.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class SnippetIndex:
             else:
                 seen[i], first[i] = set(), at
                 seen[i].add(s)
-        scores = {i: sum(query.wanted[x] for x in found) for i, found in seen.items()}
+        scores = {i: sum(map(query.wanted.__getitem__, found)) for i, found in seen.items()}
         if not all(score > 0 for score in scores.values()):
             return query_snippet(text, query.weights, max_chars)
         order = sorted(scores, key=lambda i: (-scores[i], i))
@@ -122,6 +123,8 @@ def _fill(text: str, starts: array, ends: array, order: list[int], max_chars: in
     chosen: list[int] = []
     length = 0
     for i in order:
+        if ends[i] - starts[i] - len(GAP) > max_chars - length:
+            continue  # too long to fit: adding a sentence costs its length less at most one GAP
         at = bisect.bisect_left(chosen, i)
         grown = length + ends[i] - starts[i]
         if at:
