@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from searchjax.chat.template import ChatTemplateError, render
+from searchjax.chat.template import ChatTemplateError, render, render_segments
 from searchjax.data.jsonl import ReadSummary, iter_jsonl
 from searchjax.data.prompts import system_message
 from searchjax.data.questions import PIN_RELATIONS, describe, mentions
@@ -633,19 +633,43 @@ def read_preferences(path, *, on_error: str = "raise") -> tuple[list[dict[str, A
 # ----------------------------------------------------------------------------------------------- tokenization
 def encode_prompt_response(encode: Callable[[str], list[int]], prompt: Sequence[dict[str, Any]],
                            responses: Sequence[Sequence[dict[str, Any]]],
-                           tools: Sequence[dict[str, Any]] | None = None) -> tuple[list[int], list[list[int]]]:
-    """Token ids of x (the rendered prompt, through its last <|im_end|>\\n) and of each response's rendered turns.
+                           tools: Sequence[dict[str, Any]] | None = None, *, masks: bool = False):
+    """Token ids of x (the rendered prompt, through its last <|im_end|>\\n) and of each response's rendered turns:
+    (x, [a, b, ...]), and with masks=True (x, pieces, [mask_a, mask_b, ...]).
 
     x ‖ a is exactly the chat template's rendering of prompt + a (every cut sits before <|im_start|>, a special
     token, so encoding the pieces apart gives the same ids as encoding the whole). The tool schema is left out
     unless `tools` is given: it is the same text in every row (several hundred tokens) and tells pairs nothing.
+    mask_a (int32, len(a)) is 1 on the tokens the assistant generates (the SFT loss mask of
+    searchjax.chat.encode_conversation: each assistant turn's body through its <|im_end|>), 0 on tool responses and
+    the turns' framing; a ValueError if encoding the turns apart does not give the response's ids.
     """
     x_text = render(prompt, tools, add_generation_prompt=False)
-    pieces = []
+    pieces, piece_masks = [], []
     for turns in responses:
         full = render([*prompt, *turns], tools, add_generation_prompt=False)
         if not full.startswith(x_text):
             raise ValueError("the rendered prompt is not a prefix of prompt + response (the response changes how "
                              "earlier turns render)")
-        pieces.append(encode(full[len(x_text):]))
-    return encode(x_text), pieces
+        ids = encode(full[len(x_text):])
+        pieces.append(ids)
+        if masks:
+            piece_masks.append(_response_mask([*prompt, *turns], tools, len(x_text), encode, ids))
+    return (encode(x_text), pieces, piece_masks) if masks else (encode(x_text), pieces)
+
+
+def _response_mask(messages, tools, start: int, encode: Callable[[str], list[int]], ids: list[int]) -> np.ndarray:
+    """The assistant mask of the rendered `messages` from character `start` on, whose ids are `ids`: each template
+    segment (searchjax.chat.template.render_segments) encoded apart, 1 on the trainable ones."""
+    mask, pieces, at = [], [], 0
+    for seg in render_segments(messages, tools, add_generation_prompt=False):
+        text = seg.text[max(0, start - at):]
+        at += len(seg.text)
+        if at > start and text:
+            piece = encode(text)
+            pieces += piece
+            mask += [int(seg.trainable)] * len(piece)
+    if pieces != list(ids):
+        raise ValueError(f"the response's turns encoded one by one ({len(pieces)} tokens) differ from the whole "
+                         f"response's encoding ({len(ids)} tokens): the tokenizer merges across a turn boundary")
+    return np.asarray(mask, np.int32)

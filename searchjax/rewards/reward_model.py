@@ -4,7 +4,22 @@
     v_b = h[b, ℓ_b − 1] · w                        [B]        read at the last valid token, ℓ_b = lengths[b]
 
 Every layer is causal (attention, the DeltaNet recurrence, its short convolution), so tokens after ℓ_b never
-reach h[b, ℓ_b − 1] and right padding never changes a score. The head w [D] is described by a `ParamSpec`
+reach h[b, ℓ_b − 1] and right padding never changes a score.
+
+Optionally (`likelihood=True`, pointwise scorer only) the score adds the backbone's own log-likelihood of the
+response's assistant tokens, with a learnt weight β (a scalar parameter, zero at the start):
+
+    v_b = h[b, ℓ_b − 1] · w  +  β · Σ_t m[b, t] · log π(x_t | x_<t),   log π from the kept LM head (or the tied
+                                                                         embedding), m the assistant-token mask
+
+Why: a pair whose responses differ in one name (a correct answer against another question's answer of the same
+type) is told apart by whether the name occurs in the search results earlier in the row. A policy that copies from
+its context is surprised by the wrong name (its own likelihood picks the right response on every held-out
+correctness pair, tools/likelihood_prefs.py), but nothing makes the last token's hidden state carry that surprise,
+and a value head alone stayed at chance there (RESULTS.md "Reward model"). The sum is the implicit reward of DPO
+without its reference term; the mask leaves out tool responses, whose likelihood is the search engine's, not the
+policy's. The LM head is then a reward-model parameter (saved as lm_head.weight, trained by the loss); transformers'
+sequence-classification class ignores it and β, so it reproduces only the value-head part of such a model. The head w [D] is described by a `ParamSpec`
 (logical axis "embed") like every backbone parameter, so its sharding and its initialiser derive the same way;
 it starts at zero, so an untrained reward model scores every pair Δ = 0, P̄ = ½.
 
@@ -65,12 +80,14 @@ from searchjax.model.hf import (
     save_hf,
 )
 from searchjax.model.params import ParamSpec, Params, abstract_params, init_params, param_specs
+from searchjax.losses.logprobs import token_logprobs
 from searchjax.model.transformer import hidden_states
 from searchjax.rewards.bradley_terry import bt_preference, pairwise_deltas, pointwise_deltas
 from searchjax.sharding import logical_sharding
 
 F32 = jnp.float32
 HEAD_TENSOR = "score.weight"
+WEIGHT_TENSOR = "score.likelihood_weight"
 HEAD_FILE = "score.safetensors"
 CONFIG_KEY = "searchjax_reward_model"
 HF_ARCHITECTURE = "Qwen3_5MoeTextForSequenceClassification"
@@ -87,58 +104,88 @@ PAIR_TEMPLATE = {
 # ------------------------------------------------------------------------------------------------- parameters
 @struct.dataclass
 class RewardParams:
-    """The reward model: `backbone` (Params with lm_head None) and the value head `head` [D]."""
+    """The reward model: `backbone` (Params; lm_head None unless the likelihood term needs it), the value head
+    `head` [D], and the likelihood weight β [] (None without the likelihood term)."""
 
     backbone: Params
     head: Any
+    likelihood_weight: Any = None
 
 
 def _is_spec(x) -> bool:
     return isinstance(x, ParamSpec)
 
 
-def reward_specs(cfg: ModelConfig) -> RewardParams:
-    """The RewardParams pytree with a ParamSpec at every leaf: the backbone's (no lm_head) and the head's."""
-    return RewardParams(backbone=param_specs(cfg).replace(lm_head=None),
-                        head=ParamSpec((cfg.hidden_size,), ("embed",), "zeros"))
+_WEIGHT_SPEC = ParamSpec((), (), "zeros", "float32")  # β, the likelihood term's weight (a scalar)
 
 
-def reward_param_shardings(cfg: ModelConfig, mesh: Mesh) -> RewardParams:
+def reward_specs(cfg: ModelConfig, likelihood: bool = False) -> RewardParams:
+    """The RewardParams pytree with a ParamSpec at every leaf: the backbone's (lm_head only with the likelihood
+    term), the head's and β's (with the likelihood term)."""
+    backbone = param_specs(cfg)
+    return RewardParams(backbone=backbone if likelihood else backbone.replace(lm_head=None),
+                        head=ParamSpec((cfg.hidden_size,), ("embed",), "zeros"),
+                        likelihood_weight=_WEIGHT_SPEC if likelihood else None)
+
+
+def reward_param_shardings(cfg: ModelConfig, mesh: Mesh, likelihood: bool = False) -> RewardParams:
     """NamedSharding of every reward-model parameter on `mesh`, from its logical axes."""
-    return jax.tree.map(lambda s: logical_sharding(mesh, s.axes, s.shape), reward_specs(cfg), is_leaf=_is_spec)
+    return jax.tree.map(lambda s: logical_sharding(mesh, s.axes, s.shape), reward_specs(cfg, likelihood),
+                        is_leaf=_is_spec)
 
 
-def abstract_reward_params(cfg: ModelConfig, dtype="float32", mesh: Mesh | None = None) -> RewardParams:
-    """ShapeDtypeStructs of every reward-model parameter (with shardings when `mesh` is given)."""
-    spec = reward_specs(cfg).head
+def _abstract(spec: ParamSpec, dtype, mesh: Mesh | None) -> jax.ShapeDtypeStruct:
     sharding = logical_sharding(mesh, spec.axes, spec.shape) if mesh is not None else None
-    return RewardParams(backbone=abstract_params(cfg, dtype, mesh).replace(lm_head=None),
-                        head=jax.ShapeDtypeStruct(spec.shape, jnp.dtype(spec.dtype or dtype), sharding=sharding))
+    return jax.ShapeDtypeStruct(spec.shape, jnp.dtype(spec.dtype or dtype), sharding=sharding)
 
 
-def _zero_head(cfg: ModelConfig, dtype, mesh: Mesh | None) -> jax.Array:
-    spec = reward_specs(cfg).head
+def abstract_reward_params(cfg: ModelConfig, dtype="float32", mesh: Mesh | None = None,
+                           likelihood: bool = False) -> RewardParams:
+    """ShapeDtypeStructs of every reward-model parameter (with shardings when `mesh` is given)."""
+    specs = reward_specs(cfg, likelihood)
+    backbone = abstract_params(cfg, dtype, mesh)
+    return RewardParams(backbone=backbone if likelihood else backbone.replace(lm_head=None),
+                        head=_abstract(specs.head, dtype, mesh),
+                        likelihood_weight=_abstract(_WEIGHT_SPEC, dtype, mesh) if likelihood else None)
+
+
+def _zeros(spec: ParamSpec, dtype, mesh: Mesh | None) -> jax.Array:
     out = logical_sharding(mesh, spec.axes, spec.shape) if mesh is not None else None
     return jax.jit(lambda: jnp.zeros(spec.shape, jnp.dtype(spec.dtype or dtype)), out_shardings=out)()
 
 
-def from_policy(policy: Params, cfg: ModelConfig, dtype="float32", mesh: Mesh | None = None) -> RewardParams:
-    """A reward model starting from a policy: its backbone (lm_head dropped) and a zero value head."""
-    return RewardParams(backbone=policy.replace(lm_head=None), head=_zero_head(cfg, dtype, mesh))
+def from_policy(policy: Params, cfg: ModelConfig, dtype="float32", mesh: Mesh | None = None,
+                likelihood: bool = False) -> RewardParams:
+    """A reward model starting from a policy: its backbone (lm_head dropped unless `likelihood`), a zero value
+    head, and β = 0 with the likelihood term (so an untrained model scores every pair Δ = 0 either way)."""
+    return RewardParams(backbone=policy if likelihood else policy.replace(lm_head=None),
+                        head=_zeros(reward_specs(cfg).head, dtype, mesh),
+                        likelihood_weight=_zeros(_WEIGHT_SPEC, dtype, mesh) if likelihood else None)
 
 
-def init_reward_params(cfg: ModelConfig, key: jax.Array, dtype="float32", mesh: Mesh | None = None) -> RewardParams:
+def init_reward_params(cfg: ModelConfig, key: jax.Array, dtype="float32", mesh: Mesh | None = None,
+                       likelihood: bool = False) -> RewardParams:
     """A randomly initialised backbone (`init_params`) with a zero head, created sharded when `mesh` is given."""
-    return from_policy(init_params(cfg, key, dtype, mesh), cfg, dtype, mesh)
+    return from_policy(init_params(cfg, key, dtype, mesh), cfg, dtype, mesh, likelihood)
 
 
 # ------------------------------------------------------------------------------------------------------ values
-def values(params: RewardParams, tokens: jax.Array, lengths: jax.Array, cfg: ModelConfig, *, remat: bool = False,
-           return_aux: bool = False):
-    """v_b = h[b, ℓ_b − 1] · w: float32 [B] for right-padded int32 tokens [B, T] with ℓ = lengths [B] ≥ 1.
+def masked_loglik(backbone: Params, h: jax.Array, tokens: jax.Array, mask: jax.Array, chunk: int = 4096):
+    """Σ_t mask[b, t] · log π(tokens[b, t] | tokens[b, <t]), float32 [B], from final hidden states h [B, T, D]
+    (the chunked log-prob path: never a [B, T, V] array). mask[:, 0] is ignored (no token predicts position 0)."""
+    logp = token_logprobs(h[:, :-1], backbone.unembed, tokens[:, 1:], chunk=chunk)  # [B, T-1]: predicts t + 1
+    return jnp.sum(jnp.where(mask[:, 1:] > 0, logp, 0.0), axis=1)
 
-    With return_aux=True returns (v, aux) with aux["router_aux_loss"] as `hidden_states` gives it over the valid
-    tokens only. A row with length 0 is padding: its value reads position 0 and means nothing.
+
+def values(params: RewardParams, tokens: jax.Array, lengths: jax.Array, cfg: ModelConfig, *,
+           mask: jax.Array | None = None, remat: bool = False, return_aux: bool = False):
+    """v_b = h[b, ℓ_b − 1] · w (+ β · Σ_t m[b, t] log π with the likelihood term, module docstring): float32 [B]
+    for right-padded int32 tokens [B, T] with ℓ = lengths [B] ≥ 1.
+
+    mask [B, T] (int or bool): the assistant tokens whose log-likelihood the likelihood term sums; required when
+    `params.likelihood_weight` is set, ignored otherwise (positions at or past ℓ_b must be 0). With
+    return_aux=True returns (v, aux) with aux["router_aux_loss"] as `hidden_states` gives it over the valid tokens
+    only. A row with length 0 is padding: its value reads position 0 and means nothing.
     """
     valid = jnp.arange(tokens.shape[1])[None] < lengths[:, None]
     out = hidden_states(params.backbone, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid)
@@ -146,16 +193,24 @@ def values(params: RewardParams, tokens: jax.Array, lengths: jax.Array, cfg: Mod
     last = jnp.clip(lengths.astype(jnp.int32) - 1, 0, tokens.shape[1] - 1)
     h_last = jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # [B, D]
     v = jnp.einsum("BD,D->B", h_last, params.head.astype(h_last.dtype), preferred_element_type=F32)
+    if params.likelihood_weight is not None:
+        if mask is None:
+            raise ValueError("values: this reward model has the likelihood term; pass the assistant-token mask")
+        if mask.shape != tokens.shape:
+            raise ValueError(f"values: mask shape {mask.shape} differs from tokens {tokens.shape}")
+        v = v + params.likelihood_weight.astype(F32) * masked_loglik(params.backbone, h, tokens, (jnp.asarray(mask) > 0) & valid)
     return (v, aux) if return_aux else v
 
 
 # ---------------------------------------------------------------------------------------------------- segments
 @struct.dataclass
 class Segment:
-    """A batch of token sequences: ids int32 [B, T], right-padded; lengths int32 [B] (valid prefix of each row)."""
+    """A batch of token sequences: ids int32 [B, T], right-padded; lengths int32 [B] (valid prefix of each row);
+    mask int32 [B, T] or None: the assistant tokens (a response's, for the likelihood term; None = none)."""
 
     ids: jax.Array
     lengths: jax.Array
+    mask: Any = None
 
 
 def constant_segment(ids: tuple[int, ...], batch: int) -> Segment:
@@ -166,10 +221,12 @@ def constant_segment(ids: tuple[int, ...], batch: int) -> Segment:
 
 def concat(segments: list[Segment], pad_id: int) -> Segment:
     """Row-wise concatenation of the valid parts: row b = s₁[b, :ℓ₁] ‖ s₂[b, :ℓ₂] ‖ …, right-padded with pad_id
-    to the static width Σ T_k."""
+    to the static width Σ T_k; the masks the same way (0 for a segment without one), or None if none has one."""
     batch = segments[0].ids.shape[0]
     width = sum(s.ids.shape[1] for s in segments)
     out = jnp.full((batch, width), pad_id, jnp.int32)
+    masked = any(s.mask is not None for s in segments)
+    mask = jnp.zeros((batch, width), jnp.int32)
     start = jnp.zeros((batch,), jnp.int32)
     rows = jnp.arange(batch)[:, None]
     for s in segments:
@@ -177,13 +234,18 @@ def concat(segments: list[Segment], pad_id: int) -> Segment:
         lengths = s.lengths.astype(jnp.int32)
         pos = jnp.where(t < lengths[:, None], start[:, None] + t, width)  # width is out of range: dropped
         out = out.at[rows, pos].set(s.ids.astype(jnp.int32), mode="drop")
+        if s.mask is not None:
+            mask = mask.at[rows, pos].set(jnp.asarray(s.mask, jnp.int32), mode="drop")
         start = start + lengths
-    return Segment(out, start)
+    return Segment(out, start, mask if masked else None)
 
 
 def _pad_to(s: Segment, width: int, pad_id: int) -> Segment:
     extra = width - s.ids.shape[1]
-    return Segment(jnp.pad(s.ids, ((0, 0), (0, extra)), constant_values=pad_id), s.lengths) if extra else s
+    if not extra:
+        return s
+    mask = None if s.mask is None else jnp.pad(s.mask, ((0, 0), (0, extra)))
+    return Segment(jnp.pad(s.ids, ((0, 0), (0, extra)), constant_values=pad_id), s.lengths, mask)
 
 
 def _lex_greater(a: Segment, b: Segment) -> jax.Array:
@@ -203,7 +265,10 @@ def _lex_greater(a: Segment, b: Segment) -> jax.Array:
 def _where(cond: jax.Array, s: Segment, t: Segment) -> Segment:
     width = max(s.ids.shape[1], t.ids.shape[1])
     s, t = _pad_to(s, width, 0), _pad_to(t, width, 0)
-    return Segment(jnp.where(cond[:, None], s.ids, t.ids), jnp.where(cond, s.lengths, t.lengths))
+    mask = None
+    if s.mask is not None and t.mask is not None:
+        mask = jnp.where(cond[:, None], s.mask, t.mask)
+    return Segment(jnp.where(cond[:, None], s.ids, t.ids), jnp.where(cond, s.lengths, t.lengths), mask)
 
 
 # ------------------------------------------------------------------------------------------------- preference
@@ -244,6 +309,7 @@ class Scorer:
     cfg: ModelConfig
     kind: str
     template: PairTemplate | None  # the pairwise markers' ids (None for the pointwise scorer)
+    likelihood: bool  # the score adds β · the response's log-likelihood (module docstring; pointwise only)
 
     @property
     def pad_id(self) -> int:
@@ -267,12 +333,15 @@ class Scorer:
         With return_aux=True returns ((Δ_ab, Δ_ba), aux) as `values` gives aux.
         """
         batch = x.ids.shape[0]
+        if self.likelihood and (a.mask is None or b.mask is None):
+            raise ValueError("the likelihood term needs the responses' assistant masks (Segment.mask of a and b)")
         first, second = (concat(r, self.pad_id) for r in self.rows(x, a, b, self.marks(batch)))
         width = max(first.ids.shape[1], second.ids.shape[1])
         first, second = _pad_to(first, width, self.pad_id), _pad_to(second, width, self.pad_id)
         tokens = jnp.concatenate([first.ids, second.ids])
         lengths = jnp.concatenate([first.lengths, second.lengths])
-        out = values(params, tokens, lengths, self.cfg, remat=remat, return_aux=return_aux)
+        mask = jnp.concatenate([first.mask, second.mask]) if self.likelihood else None
+        out = values(params, tokens, lengths, self.cfg, mask=mask, remat=remat, return_aux=return_aux)
         v, aux = out if return_aux else (out, None)
         d = self.combine(v[:batch], v[batch:])
         return (d, aux) if return_aux else d
@@ -294,9 +363,11 @@ class Scorer:
 
 @dataclasses.dataclass(frozen=True)
 class PointwiseScorer(Scorer):
-    """Δ(x, a, b) = s(x, a) − s(x, b), each response scored on its own sequence x‖a."""
+    """Δ(x, a, b) = s(x, a) − s(x, b), each response scored on its own sequence x‖a (with `likelihood`, s includes
+    β · the response's log-likelihood)."""
 
     cfg: ModelConfig
+    likelihood: bool = False
     kind = "pointwise"
     template = None
 
@@ -314,6 +385,7 @@ class PairwiseScorer(Scorer):
     cfg: ModelConfig
     template: PairTemplate
     kind = "pairwise"
+    likelihood = False
 
     def marks(self, batch: int):
         t = self.template
@@ -326,10 +398,16 @@ class PairwiseScorer(Scorer):
         return pairwise_deltas(v_first, v_second)
 
 
-def make_scorer(kind: str, cfg: ModelConfig, template: PairTemplate | None = None) -> Scorer:
-    """The scorer of `kind` ("pointwise" or "pairwise"; the pairwise one needs its template)."""
+def make_scorer(kind: str, cfg: ModelConfig, template: PairTemplate | None = None,
+                likelihood: bool = False) -> Scorer:
+    """The scorer of `kind` ("pointwise" or "pairwise"; the pairwise one needs its template). `likelihood` adds
+    the response log-likelihood term (pointwise only: in the pairwise row the second response is read after the
+    first, so its likelihood would be conditioned on the other response's names)."""
     if kind == "pointwise":
-        return PointwiseScorer(cfg)
+        return PointwiseScorer(cfg, likelihood)
+    if likelihood:
+        raise ValueError(f"the likelihood term needs the pointwise scorer (scorer {kind!r}); each response's "
+                         "likelihood must be read given the prompt alone")
     if kind == "pairwise":
         if template is None:
             raise ValueError("the pairwise scorer needs a PairTemplate (PairTemplate.from_encoder(tokenizer.encode))")
@@ -339,17 +417,21 @@ def make_scorer(kind: str, cfg: ModelConfig, template: PairTemplate | None = Non
 
 # ------------------------------------------------------------------------------------------------ checkpoints
 def _scorer_meta(scorer: Scorer) -> dict[str, Any]:
-    meta: dict[str, Any] = {"scorer": scorer.kind}
+    meta: dict[str, Any] = {"scorer": scorer.kind, "likelihood": scorer.likelihood}
     if isinstance(scorer, PairwiseScorer):
         meta["template"] = {"text": dict(PAIR_TEMPLATE), **{k: list(getattr(scorer.template, k))
                                                              for k in ("a", "b", "end")}}
     return meta
 
 
-def _write_head_and_index(path: Path, head: np.ndarray) -> None:
-    """score.weight into its own file, and an index naming every tensor's file (the single-file layout of
-    save_hf is renamed first: transformers reads model.safetensors in preference to an index)."""
-    save_file({HEAD_TENSOR: np.ascontiguousarray(head[None, :])}, str(path / HEAD_FILE), metadata={"format": "pt"})
+def _write_head_and_index(path: Path, head: np.ndarray, weight: np.ndarray | None) -> None:
+    """score.weight (and β as score.likelihood_weight [1]) into their own file, and an index naming every
+    tensor's file (the single-file layout of save_hf is renamed first: transformers reads model.safetensors in
+    preference to an index)."""
+    tensors = {HEAD_TENSOR: np.ascontiguousarray(head[None, :])}
+    if weight is not None:
+        tensors[WEIGHT_TENSOR] = np.asarray(weight, np.float32).reshape(1)
+    save_file(tensors, str(path / HEAD_FILE), metadata={"format": "pt"})
     index_path = path / SAFETENSORS_INDEX
     if index_path.exists():
         index = json.loads(index_path.read_text())
@@ -358,7 +440,8 @@ def _write_head_and_index(path: Path, head: np.ndarray) -> None:
         os.replace(path / SAFETENSORS_SINGLE, single)
         with safe_open(single, framework="numpy") as f:
             index = {"metadata": {}, "weight_map": {name: single.name for name in f.keys()}}
-    index["weight_map"][HEAD_TENSOR] = HEAD_FILE
+    for name in tensors:
+        index["weight_map"][name] = HEAD_FILE
     index["weight_map"] = dict(sorted(index["weight_map"].items()))
     index["metadata"]["total_size"] = sum((path / f).stat().st_size for f in set(index["weight_map"].values()))
     index_path.write_text(json.dumps(index, indent=2))
@@ -370,8 +453,13 @@ def save_reward_model(path: str | os.PathLike, params: RewardParams, scorer: Sco
     config.json (architectures [HF_ARCHITECTURE], num_labels 1, pad_token_id, the scorer)."""
     path = Path(path)
     cfg = scorer.cfg
-    save_hf(path, params.backbone.replace(lm_head=None), cfg, max_shard_bytes)
-    _write_head_and_index(path, np.asarray(params.head))
+    save_hf(path, params.backbone if scorer.likelihood else params.backbone.replace(lm_head=None), cfg,
+            max_shard_bytes)
+    weight = None if params.likelihood_weight is None else np.asarray(params.likelihood_weight)
+    if (weight is not None) != scorer.likelihood:
+        raise ValueError(f"save_reward_model: the scorer's likelihood={scorer.likelihood} does not match the params "
+                         f"(likelihood_weight {'set' if weight is not None else 'None'})")
+    _write_head_and_index(path, np.asarray(params.head), weight)
     config = json.loads((path / "config.json").read_text())
     config.update(architectures=[HF_ARCHITECTURE], num_labels=1, id2label={"0": "LABEL_0"},
                   label2id={"LABEL_0": 0}, pad_token_id=scorer.pad_id, **{CONFIG_KEY: _scorer_meta(scorer)})
@@ -392,7 +480,7 @@ def read_scorer(path: str | os.PathLike, cfg: ModelConfig) -> Scorer:
         if not isinstance(t, dict) or not all(isinstance(t.get(k), list) for k in ("a", "b", "end")):
             raise CheckpointError(f"{path / 'config.json'}: {CONFIG_KEY}.template needs id lists 'a', 'b', 'end'")
         template = PairTemplate(*(tuple(int(i) for i in t[k]) for k in ("a", "b", "end")))
-    return make_scorer(meta["scorer"], cfg, template)
+    return make_scorer(meta["scorer"], cfg, template, bool(meta.get("likelihood", False)))
 
 
 def load_reward_model(path: str | os.PathLike, dtype="float32",
@@ -406,9 +494,9 @@ def load_reward_model(path: str | os.PathLike, dtype="float32",
     cfg = read_hf_config(path)
     scorer = read_scorer(path, cfg)
     reader = _Reader(path)
-    specs = reward_specs(cfg)
+    specs = reward_specs(cfg, scorer.likelihood)
     if mesh is not None:
-        shardings = reward_param_shardings(cfg, mesh)
+        shardings = reward_param_shardings(cfg, mesh, scorer.likelihood)
     else:
         one = SingleDeviceSharding(jax.devices()[0])
         shardings = jax.tree.map(lambda s: one, specs, is_leaf=_is_spec)
@@ -420,11 +508,15 @@ def load_reward_model(path: str | os.PathLike, dtype="float32",
     bb, sh = specs.backbone, shardings.backbone
     backbone = Params(
         embed=whole(reader.prefix + "embed_tokens.weight", bb.embed, sh.embed, (v, d)),
-        lm_head=None,
+        lm_head=None if bb.lm_head is None else whole("lm_head.weight", bb.lm_head, sh.lm_head, (v, d)),
         final_norm=whole(reader.prefix + "norm.weight", bb.final_norm, sh.final_norm, (d,)),
         linear=_load_stacked(reader, cfg, LINEAR, bb.linear, sh.linear, dtype),
         full=_load_stacked(reader, cfg, FULL, bb.full, sh.full, dtype),
     )
     head = _make_array(specs.head, shardings.head, dtype, lambda idx: reader.get(HEAD_TENSOR, (1, d))[0][idx])
-    return RewardParams(backbone=backbone, head=head), scorer
+    weight = None
+    if scorer.likelihood:
+        weight = _make_array(specs.likelihood_weight, shardings.likelihood_weight, dtype,
+                             lambda idx: reader.get(WEIGHT_TENSOR, (1,))[0])
+    return RewardParams(backbone=backbone, head=head, likelihood_weight=weight), scorer
 

@@ -6,7 +6,8 @@ triple (searchjax.data.preferences.encode_prompt_response), lays out the two row
 (searchjax.rewards.reward_model: x‖a, x‖b pointwise; x‖A‖a‖B‖b‖E, x‖A‖b‖B‖a‖E pairwise), and runs both orders
 of `batch_pairs` pairs in ONE jitted call over [2·batch_pairs, W] tokens, W the smallest of `buckets` that holds
 the batch's longest row (pairs sorted by length first, so batches are even and the shapes few: one compile per
-bucket). Each pair is laid out in a canonical order (the lexicographically smaller response first), so (a, b)
+bucket). A reward model with the likelihood term (searchjax.rewards.reward_model) also needs each response's
+assistant-token mask: its triples are (x, a, b, mask_a, mask_b), as `encode_triples` makes them. Each pair is laid out in a canonical order (the lexicographically smaller response first), so (a, b)
 and (b, a) run the identical rows and P̄(x, a, b) + P̄(x, b, a) = 1 exactly. Batches are dispatched before any
 result is fetched, so host-side packing overlaps the device.
 
@@ -45,7 +46,7 @@ from searchjax.search.http import HttpBackend, SearchHTTPServer, _BadRequest, _H
 DEFAULT_PORT = 8766
 DEFAULT_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192)
 MAX_REQUEST_BYTES = 64 << 20
-Triple = tuple[Sequence[int], Sequence[int], Sequence[int]]
+Triple = tuple[Sequence[int], ...]  # (x, a, b) ids; with a likelihood-term reward model also (mask_a, mask_b)
 
 
 class RewardServiceError(RuntimeError):
@@ -85,9 +86,14 @@ class PreferenceScorer:
     def kind(self) -> str:
         return self.scorer.kind
 
-    def _both_orders(self, params, tokens, lengths, swap):
+    @property
+    def needs_masks(self) -> bool:
+        """Whether triples must carry the responses' assistant masks (a reward model with the likelihood term)."""
+        return self.scorer.likelihood
+
+    def _both_orders(self, params, tokens, lengths, swap, mask=None):
         """(P̄, Δ(x, a, b), Δ(x, b, a)) [P] from rows [first rows of the P pairs; their second rows]."""
-        v = values(params, tokens, lengths, self.scorer.cfg)
+        v = values(params, tokens, lengths, self.scorer.cfg, mask=mask)
         n = tokens.shape[0] // 2
         first, second = self.scorer.combine(v[:n], v[n:])
         d_ab, d_ba = jnp.where(swap, second, first), jnp.where(swap, first, second)
@@ -101,16 +107,26 @@ class PreferenceScorer:
                              "pass larger buckets")
         return self.buckets[i]
 
-    def rows(self, x: Sequence[int], a: Sequence[int], b: Sequence[int]) -> tuple[list[int], list[int], bool]:
-        """The pair's two rows in canonical order and whether a and b were swapped to get it."""
+    def rows(self, x: Sequence[int], a: Sequence[int], b: Sequence[int], mask_a: Sequence[int] | None = None,
+             mask_b: Sequence[int] | None = None):
+        """(first row, second row, swapped, first row's mask, second row's mask): the pair's two rows in canonical
+        order, whether a and b were swapped to get it, and with the likelihood term their assistant masks (None
+        otherwise; a ValueError when that scorer gets no masks)."""
         swap = tuple(a) > tuple(b)
         first, second = self.scorer.rows(x, *((b, a) if swap else (a, b)), self._marks)
-        return _row(first), _row(second), swap
+        if not self.scorer.likelihood:
+            return _row(first), _row(second), swap, None, None
+        if mask_a is None or mask_b is None or len(mask_a) != len(a) or len(mask_b) != len(b):
+            raise ValueError("this reward model has the likelihood term: each triple needs (x, a, b, mask_a, mask_b) "
+                             "with one mask entry per response token (encode_triples makes them)")
+        m1, m2 = self.scorer.rows([0] * len(x), *((mask_b, mask_a) if swap else (mask_a, mask_b)), None)
+        return _row(first), _row(second), swap, _row(m1), _row(m2)
 
     def _batches(self, triples: Sequence[Triple]):
-        """(pair indices, tokens [2B, W], lengths [2B], swap [B]) per batch, pairs sorted by row length."""
+        """(pair indices, tokens [2B, W], lengths [2B], swap [B], mask [2B, W] or None) per batch, pairs sorted by
+        row length."""
         laid = [self.rows(*t) for t in triples]
-        longest = [max(len(r1), len(r2)) for r1, r2, _ in laid]
+        longest = [max(len(r[0]), len(r[1])) for r in laid]
         for n in longest:
             self.bucket(n)  # every pair fits before any work starts
         order = sorted(range(len(laid)), key=lambda i: (longest[i], i))
@@ -121,17 +137,20 @@ class PreferenceScorer:
             tokens = np.full((2 * b, width), pad, np.int32)
             lengths = np.ones((2 * b,), np.int32)  # filler rows: one pad token, results dropped
             swap = np.zeros((b,), bool)
+            mask = np.zeros((2 * b, width), np.int32) if self.scorer.likelihood else None
             for j, i in enumerate(idx):
-                r1, r2, swap[j] = laid[i]
+                r1, r2, swap[j], m1, m2 = laid[i]
                 tokens[j, : len(r1)], tokens[b + j, : len(r2)] = r1, r2
                 lengths[j], lengths[b + j] = len(r1), len(r2)
-            yield idx, tokens, lengths, swap
+                if mask is not None:
+                    mask[j, : len(m1)], mask[b + j, : len(m2)] = m1, m2
+            yield idx, tokens, lengths, swap, mask
 
     def deltas_ids(self, triples: Sequence[Triple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(P̄, Δ(x, a, b), Δ(x, b, a)), float32 [N] each, for token-id triples (x, a, b)."""
         out = np.zeros((3, len(triples)), np.float32)
-        pending = [(idx, self._forward(self.params, tokens, lengths, swap))  # dispatched, not yet fetched
-                   for idx, tokens, lengths, swap in self._batches(triples)]
+        pending = [(idx, self._forward(self.params, tokens, lengths, swap, mask))  # dispatched, not yet fetched
+                   for idx, tokens, lengths, swap, mask in self._batches(triples)]
         for idx, result in pending:
             out[:, idx] = np.stack([np.asarray(r) for r in result])[:, : len(idx)]
         return out[0], out[1], out[2]
@@ -141,7 +160,8 @@ class PreferenceScorer:
         return self.deltas_ids(triples)[0]
 
     def encode_triples(self, prompts: Sequence, rollouts: Sequence, references: Sequence) -> list[Triple]:
-        """Token ids (x, a, b) of each (prompt, rollout, reference): strings or message lists (as_messages)."""
+        """Token ids (x, a, b) of each (prompt, rollout, reference): strings or message lists (as_messages); with
+        the likelihood term (x, a, b, mask_a, mask_b), the masks marking the assistant's tokens."""
         if not len(prompts) == len(rollouts) == len(references):
             raise ValueError(f"prompts, rollouts and references differ in length: {len(prompts)}, {len(rollouts)}, "
                              f"{len(references)}")
@@ -149,8 +169,9 @@ class PreferenceScorer:
         for i, (x, a, b) in enumerate(zip(prompts, rollouts, references)):
             turns = [as_messages(x, f"prompts[{i}]", "user"), as_messages(a, f"rollouts[{i}]", "assistant"),
                      as_messages(b, f"references[{i}]", "assistant")]
-            x_ids, (a_ids, b_ids) = encode_prompt_response(self.encode, turns[0], turns[1:], self.tools)
-            triples.append((x_ids, a_ids, b_ids))
+            x_ids, pieces, *masks = encode_prompt_response(self.encode, turns[0], turns[1:], self.tools,
+                                                           masks=self.scorer.likelihood)
+            triples.append((x_ids, *pieces, *(list(m) for m in (masks[0] if masks else ()))))
         return triples
 
     def score(self, prompts: Sequence, rollouts: Sequence, references: Sequence) -> np.ndarray:
@@ -199,8 +220,8 @@ class _ScoreHandler(_Handler):
             return
         try:
             triples = self.server.scorer.encode_triples(*parse_score_request(body))
-            for x, a, b in triples:  # a pair past the largest bucket is the request's fault: 400, before any work
-                self.server.scorer.bucket(max(map(len, self.server.scorer.rows(x, a, b)[:2])))
+            for t in triples:  # a pair past the largest bucket is the request's fault: 400, before any work
+                self.server.scorer.bucket(max(map(len, self.server.scorer.rows(*t)[:2])))
         except (_BadRequest, ValueError, TypeError) as e:
             self._reply(400, {"error": str(e)})
             return

@@ -329,7 +329,7 @@ class GRPOLoop:
         cfg, g = self.cfg, self.cfg.rollout.group_size
         r_base = np.asarray([[base_reward(r, p, cfg.rewards, self.actors.judge) for r in row]
                              for p, row in zip(prompts, groups.grid)], np.float32)
-        triples = self.actors.inputs.triples(prompts, groups.grid, self.cache)
+        triples = self.actors.inputs.triples(prompts, groups.grid, self.cache, self.actors.scorer.needs_masks)
         pref = np.asarray(self.actors.scorer.score_ids(triples), np.float32).reshape(len(prompts), g)
         ref_len = np.asarray([[ref.length for ref in self.cache[p.prompt_id]] for p in prompts], np.float32)
         batch = RolloutRecords(correct=r_base, preference=pref, calls=groups.field("tool_calls"),

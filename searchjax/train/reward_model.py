@@ -14,6 +14,10 @@ preferences.read_preferences), rows of `data.train_split` for training and the "
 evaluation; pairs are shuffled per epoch (grain, checkpointable), sorted by length within windows of
 `window_batches` batches and padded to the smallest of `data.buckets` (one compile per bucket).
 
+`likelihood` (pointwise only): the score adds β · the response's log-likelihood under the backbone's own LM head
+(searchjax.rewards.reward_model, module docstring), β learnt from zero; batches then carry the assistant-token mask
+of each row (`mask` [B, 2, W]).
+
 `freeze_backbone_steps`: the backbone gets no gradient for the first steps (only the value head learns, from its
 zero start). The shared optimizer's trainable mask is fixed for a whole run, so the freeze is a stop-gradient
 chosen by the batch's own index (its step: restored with the data iterator, so a resumed run freezes the same
@@ -66,6 +70,7 @@ from searchjax.train.runner import Supervised, host_prepare, run_mesh, run_super
 from searchjax.train.step import device_batch, eval_fn
 
 BATCH_KEYS = ("tokens", "lengths", "label", "freeze")
+MASK_KEY = "mask"  # [B, 2, W] assistant-token mask of each row, in batches of a scorer with the likelihood term
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,11 +106,15 @@ class RMConfig(TrainConfig):
 
     data: RMData = RMData()
     scorer: Literal["pointwise", "pairwise"] = "pointwise"
+    likelihood: bool = False
     freeze_backbone_steps: int = 0
     router_aux_loss_coef: float | None = None
 
     def __post_init__(self):
         super().__post_init__()
+        if self.likelihood and self.scorer != "pointwise":
+            raise TypeError(f"likelihood: true needs scorer: pointwise (got {self.scorer!r}): each response's "
+                            "likelihood is read given the prompt alone")
         if not 0 <= self.freeze_backbone_steps <= self.steps:
             raise TypeError(f"freeze_backbone_steps must be in [0, steps={self.steps}], got "
                             f"{self.freeze_backbone_steps}")
@@ -133,11 +142,14 @@ def pair_metrics(d_ab: jax.Array, d_ba: jax.Array, label: jax.Array) -> dict[str
             "rm/margin": jnp.mean(0.5 * (d_ab - d_ba) * sign), "rm/position_bias": jnp.mean(bias)}
 
 
-def pair_deltas(params, scorer: Scorer, tokens: jax.Array, lengths: jax.Array, *, remat: bool = False):
-    """((Δ(x, a, b), Δ(x, b, a)) [B], router aux loss) of a batch of pairs: tokens [B, 2, W], lengths [B, 2]."""
+def pair_deltas(params, scorer: Scorer, tokens: jax.Array, lengths: jax.Array, mask: jax.Array | None = None, *,
+                remat: bool = False):
+    """((Δ(x, a, b), Δ(x, b, a)) [B], router aux loss) of a batch of pairs: tokens [B, 2, W], lengths [B, 2],
+    mask [B, 2, W] (the assistant tokens; needed by the likelihood term only)."""
     b, _, w = tokens.shape
-    v, aux = values(params, tokens.reshape(2 * b, w), lengths.reshape(2 * b), scorer.cfg, remat=remat,
-                    return_aux=True)
+    flat_mask = None if mask is None else mask.reshape(2 * b, w)
+    v, aux = values(params, tokens.reshape(2 * b, w), lengths.reshape(2 * b), scorer.cfg, mask=flat_mask,
+                    remat=remat, return_aux=True)
     v = v.reshape(b, 2)
     return scorer.combine(v[:, 0], v[:, 1]), aux["router_aux_loss"]
 
@@ -169,7 +181,8 @@ def symmetric_loss(scorer: Scorer, *, remat: bool, aux_coef: float):
         del key  # deterministic forward
         keep = 1.0 - jnp.any(batch["freeze"]).astype(jnp.float32)
         params = params.replace(backbone=gradient_gate(params.backbone, keep))
-        (d_ab, d_ba), aux = pair_deltas(params, scorer, batch["tokens"], batch["lengths"], remat=remat)
+        (d_ab, d_ba), aux = pair_deltas(params, scorer, batch["tokens"], batch["lengths"], batch.get(MASK_KEY),
+                                        remat=remat)
         metrics = pair_metrics(d_ab, d_ba, batch["label"])
         loss = metrics["rm/loss"] + aux_coef * aux
         return loss, {**metrics, "router_aux": jax.lax.stop_gradient(aux), "weight": jnp.float32(d_ab.shape[0])}
@@ -181,12 +194,14 @@ def symmetric_loss(scorer: Scorer, *, remat: bool, aux_coef: float):
 def encode_pairs(records: Sequence[dict[str, Any]], scorer: Scorer, encode, max_len: int,
                  overflow: str = "error") -> tuple[list[dict[str, Any]], int]:
     """(encoded pairs, how many were dropped): each record's two rows (scorer.rows of x, a = chosen,
-    b = rejected) as id arrays, with r = 1 and its category. A row longer than `max_len` (the largest bucket) is a
-    DataError naming the pair, or with overflow="drop" leaves the pair out."""
+    b = rejected) as id arrays, with r = 1 and its category (and, for a scorer with the likelihood term, each
+    row's assistant-token mask). A row longer than `max_len` (the largest bucket) is a DataError naming the pair,
+    or with overflow="drop" leaves the pair out."""
     marks = scorer.template
     out, dropped = [], 0
     for r in records:
-        x, (a, b) = encode_prompt_response(encode, r["prompt"], [r["chosen"], r["rejected"]])
+        x, (a, b), *masks = encode_prompt_response(encode, r["prompt"], [r["chosen"], r["rejected"]],
+                                                   masks=scorer.likelihood)
         rows = [np.asarray([i for piece in row for i in piece], np.int32) for row in scorer.rows(x, a, b, marks)]
         longest = max(len(row) for row in rows)
         if longest > max_len and overflow == "drop":
@@ -195,18 +210,29 @@ def encode_pairs(records: Sequence[dict[str, Any]], scorer: Scorer, encode, max_
         if longest > max_len:
             raise DataError(f"rm: pair {r['id']!r} has a row of {longest} tokens, more than the largest bucket "
                             f"{max_len}; raise data.buckets, or set data.overflow: drop")
-        out.append({"rows": rows, "label": 1.0, "category": r["category"], "id": r["id"]})
+        pair = {"rows": rows, "label": 1.0, "category": r["category"], "id": r["id"]}
+        if scorer.likelihood:  # x and the template's marks are never the assistant's
+            zero = None if marks is None else PairTemplate(*(tuple(0 for _ in m) for m in (marks.a, marks.b, marks.end)))
+            pair["masks"] = [np.asarray([i for piece in row for i in piece], np.int32)
+                             for row in scorer.rows([0] * len(x), *masks[0], zero)]
+        out.append(pair)
     return out, dropped
 
 
 def pad_pairs(pairs: Sequence[dict[str, Any]], width: int, pad_id: int) -> dict[str, np.ndarray]:
-    """tokens [B, 2, width] (right-padded with pad_id), lengths [B, 2], label [B] of encoded pairs."""
+    """tokens [B, 2, width] (right-padded with pad_id), lengths [B, 2], label [B] of encoded pairs, and mask
+    [B, 2, width] (zero-padded) when they carry masks."""
     tokens = np.full((len(pairs), 2, width), pad_id, np.int32)
     lengths = np.zeros((len(pairs), 2), np.int32)
+    masked = bool(pairs) and "masks" in pairs[0]
+    mask = np.zeros((len(pairs), 2, width), np.int32)
     for i, p in enumerate(pairs):
         for j, row in enumerate(p["rows"]):
             tokens[i, j, : len(row)], lengths[i, j] = row, len(row)
-    return {"tokens": tokens, "lengths": lengths, "label": np.array([p["label"] for p in pairs], np.float32)}
+            if masked:
+                mask[i, j, : len(row)] = p["masks"][j]
+    out = {"tokens": tokens, "lengths": lengths, "label": np.array([p["label"] for p in pairs], np.float32)}
+    return {**out, MASK_KEY: mask} if masked else out
 
 
 class PairBatches(grain.MapDataset):
@@ -278,7 +304,9 @@ def make_rm_evaluator(scorer: Scorer, dev: Sequence[dict[str, Any]], batch_pairs
     prefix/accuracy/<category>, prefix/pairs}: every dev pair once (both orders, one forward), in length-sorted
     batches of `batch_pairs` (the last one padded with repeats of its first pair, which are dropped)."""
     # Replicated outputs: every process reads the whole [B] result (each passes the same dev rows).
-    jitted = eval_fn(lambda p, b: pair_deltas(p, scorer, b["tokens"], b["lengths"])[0], mesh, combine="rows")
+    jitted = eval_fn(lambda p, b: pair_deltas(p, scorer, b["tokens"], b["lengths"], b.get(MASK_KEY))[0], mesh,
+                     combine="rows")
+    keys = ("tokens", "lengths", MASK_KEY) if scorer.likelihood else ("tokens", "lengths")
     buckets = sorted(buckets)
     order = sorted(range(len(dev)), key=lambda i: max(len(r) for r in dev[i]["rows"]))
     batches = []
@@ -292,7 +320,7 @@ def make_rm_evaluator(scorer: Scorer, dev: Sequence[dict[str, Any]], batch_pairs
         d_ab = np.zeros(len(dev), np.float32)
         d_ba = np.zeros(len(dev), np.float32)
         for idx, batch in batches:
-            a, b = jitted(state.params, device_batch({k: batch[k] for k in ("tokens", "lengths")}, mesh))
+            a, b = jitted(state.params, device_batch({k: batch[k] for k in keys}, mesh))
             d_ab[idx], d_ba[idx] = np.asarray(a)[: len(idx)], np.asarray(b)[: len(idx)]
         label = np.array([p["label"] for p in dev], np.float32)
         out = {f"{prefix}/{k}": float(v) for k, v in pair_metrics(d_ab, d_ba, label).items()}
@@ -306,18 +334,20 @@ def make_rm_evaluator(scorer: Scorer, dev: Sequence[dict[str, Any]], batch_pairs
     return evaluate
 
 
-def _start(model: str | Path, kind: str, mesh):
+def _start(model: str | Path, kind: str, likelihood: bool, mesh):
     """(start model, model config with the tokenizer's pad id, scorer, init function) of `--model`: a policy
-    checkpoint (lm_head dropped, zero head) or a reward model of the same scorer kind (trained on)."""
+    checkpoint (lm_head dropped unless `likelihood`, zero head) or a reward model of the same scorer (trained on)."""
     start = start_model(model, mesh)
     if CONFIG_KEY in (start.path / "config.json").read_text(encoding="utf-8"):
         saved = read_scorer(start.path, start.cfg)
-        if saved.kind != kind:
-            raise DataError(f"--model {start.path}: a {saved.kind} reward model; this run's scorer is {kind}")
+        if (saved.kind, saved.likelihood) != (kind, likelihood):
+            raise DataError(f"--model {start.path}: a {saved.kind} reward model with likelihood={saved.likelihood}; "
+                            f"this run's scorer is {kind} with likelihood={likelihood}")
         return start, saved.cfg, saved, lambda: load_reward_model(start.path, mesh=mesh)[0]
     cfg = start.cfg.replace(pad_token_id=start.tokenizer.special.pad)
     template = PairTemplate.from_encoder(start.tokenizer.encode) if kind == "pairwise" else None
-    return start, cfg, make_scorer(kind, cfg, template), lambda: from_policy(start.load(), cfg, mesh=mesh)
+    return start, cfg, make_scorer(kind, cfg, template, likelihood), \
+        lambda: from_policy(start.load(), cfg, mesh=mesh, likelihood=likelihood)
 
 
 def run_rm(cfg: RMConfig, model: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
@@ -327,7 +357,7 @@ def run_rm(cfg: RMConfig, model: str | Path, out: str | Path, overwrite: bool = 
     if cfg.batch_size % jax.process_count():
         raise ValueError(f"batch_size {cfg.batch_size} is not a multiple of the {jax.process_count()} processes")
     mesh = run_mesh(cfg)
-    start, model_cfg, scorer, init = _start(model, cfg.scorer, mesh)
+    start, model_cfg, scorer, init = _start(model, cfg.scorer, cfg.likelihood, mesh)
     max_len, overflow = max(cfg.data.buckets), cfg.data.overflow
     train, dropped = encode_pairs(train_rows, scorer, start.tokenizer.encode, max_len, overflow)
     dev, dev_dropped = encode_pairs(dev_rows, scorer, start.tokenizer.encode, max_len, overflow)
@@ -354,13 +384,14 @@ def run_rm(cfg: RMConfig, model: str | Path, out: str | Path, overwrite: bool = 
         shutil.copyfile(tokenizer_path, directory / "tokenizer.json")
 
     return run_supervised(Supervised(
-        stage="rm", cfg=cfg, run=run, mesh=mesh, abstract_params=abstract_reward_params(model_cfg, mesh=mesh),
-        param_shardings=reward_param_shardings(model_cfg, mesh), init_params=init,
+        stage="rm", cfg=cfg, run=run, mesh=mesh,
+        abstract_params=abstract_reward_params(model_cfg, mesh=mesh, likelihood=cfg.likelihood),
+        param_shardings=reward_param_shardings(model_cfg, mesh, cfg.likelihood), init_params=init,
         loss_fn=symmetric_loss(scorer, remat=cfg.remat, aux_coef=aux), iterator=iter(dataset.to_iter_dataset()),
-        prepare=host_prepare(mesh, BATCH_KEYS, pair_counts),
+        prepare=host_prepare(mesh, BATCH_KEYS + ((MASK_KEY,) if cfg.likelihood else ()), pair_counts),
         flops=lambda c: model_flops(model_cfg, int(c["data/rows"]), int(c["data/width"]), backward=True),
         export=export, evaluate=evaluate,
-        meta={"model": str(start.path), "scorer": scorer.kind, "train_pairs": len(train), "dev_pairs": len(dev),
+        meta={"model": str(start.path), "scorer": scorer.kind, "likelihood": scorer.likelihood, "train_pairs": len(train), "dev_pairs": len(dev),
               "dropped_pairs": dropped + dev_dropped},
     ))
 

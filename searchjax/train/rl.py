@@ -107,15 +107,18 @@ def prompt_key(root: jax.Array, prompt_id: str) -> jax.Array:
 @dataclasses.dataclass(frozen=True)
 class ReferenceRollout:
     """What the reward needs of a reference rollout: its generated part (ids after the prompt), its length in
-    policy tokens (L^ref) and its answer."""
+    policy tokens (L^ref), its answer, and which ids of `response` the policy generated (the loss mask; for a reward
+    model with the likelihood term; None in caches saved before it was kept)."""
 
     response: tuple[int, ...]
     length: int
     answer: str
+    mask: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, record: RolloutRecord) -> "ReferenceRollout":
-        return cls(tuple(record.tokens[record.prompt_length:]), record.response_length, record.answer)
+        return cls(tuple(record.tokens[record.prompt_length:]), record.response_length, record.answer,
+                   tuple(record.loss_mask[record.prompt_length:]))
 
 
 class ReferenceCache:
@@ -158,12 +161,14 @@ class ReferenceCache:
 
     def to_json(self) -> dict[str, Any]:
         return {"group_size": self.group_size,
-                "entries": {pid: [[list(r.response), r.length, r.answer] for r in refs]
+                "entries": {pid: [[list(r.response), r.length, r.answer, None if r.mask is None else list(r.mask)]
+                                  for r in refs]
                             for pid, refs in self.entries.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ReferenceCache":
-        entries = {pid: [ReferenceRollout(tuple(resp), int(n), str(ans)) for resp, n, ans in refs]
+        entries = {pid: [ReferenceRollout(tuple(e[0]), int(e[1]), str(e[2]),
+                                          None if len(e) < 4 or e[3] is None else tuple(e[3])) for e in refs]
                    for pid, refs in data["entries"].items()}
         return cls(int(data["group_size"]), entries)
 
@@ -190,14 +195,23 @@ class PreferenceInputs:
         return got
 
     def triples(self, prompts: Sequence[RLPrompt], grid: Sequence[Sequence[RolloutRecord]],
-                cache: ReferenceCache) -> list[tuple[list[int], list[int], list[int]]]:
-        """Row-major (n·G + i) triples: x of prompt n, a = policy rollout i, b = reference rollout i."""
+                cache: ReferenceCache, masks: bool = False) -> list[tuple[list[int], ...]]:
+        """Row-major (n·G + i) triples: x of prompt n, a = policy rollout i, b = reference rollout i; with masks
+        (a reward model with the likelihood term) also each response's mask of generated tokens (the records' loss
+        mask; 0 on the generation prompt)."""
         out = []
         for prompt, row in zip(prompts, grid):
             x, gen = self.prompt(prompt.item)
             refs = cache[prompt.prompt_id]
             for rec, ref in zip(row, refs):
-                out.append((x, gen + list(rec.tokens[rec.prompt_length:]), gen + list(ref.response)))
+                triple = (x, gen + list(rec.tokens[rec.prompt_length:]), gen + list(ref.response))
+                if masks:
+                    if ref.mask is None:
+                        raise ValueError(f"reference cache: prompt {prompt.prompt_id!r} has no loss masks (a cache "
+                                         "saved before they were kept); the likelihood term needs them")
+                    zero = [0] * len(gen)
+                    triple += (zero + list(rec.loss_mask[rec.prompt_length:]), zero + list(ref.mask))
+                out.append(triple)
         return out
 
 
