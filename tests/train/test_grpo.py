@@ -221,13 +221,17 @@ def test_policy_loss_switch_sequence_is_and_clip():
 # ------------------------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def rl_workspace(workspace, tmp_path_factory):
-    """The training workspace plus a reward model (random backbone, zero head) with the same tokenizer."""
+    """The training workspace plus a reward model with the same tokenizer: a random backbone, a zero head and the
+    likelihood term at β = 0.01 (so the responses' assistant masks travel through GRPO's triples and the reference
+    cache, and s differs from ½)."""
     from searchjax.model import read_hf_config
     from searchjax.rewards.reward_model import init_reward_params, make_scorer, save_reward_model
 
     root = tmp_path_factory.mktemp("rl")
     cfg = read_hf_config(workspace["model"])
-    save_reward_model(root / "rm", init_reward_params(cfg, jax.random.key(1)), make_scorer("pointwise", cfg))
+    params = init_reward_params(cfg, jax.random.key(1), likelihood=True)
+    save_reward_model(root / "rm", params.replace(likelihood_weight=jnp.float32(0.01)),
+                      make_scorer("pointwise", cfg, likelihood=True))
     (root / "rm" / "tokenizer.json").write_bytes(workspace["tokenizer"].read_bytes())
     return {**workspace, "rm": root / "rm"}
 
@@ -277,6 +281,8 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
         assert abs(row["rollout_corr/kl"]) <= 1e-3
         assert row["grad_norm"] > 0 and row["update_norm"] > 0
     assert [r["weights/version"] for r in rows] == [1, 2, 3]
+    # The likelihood term reached s: with a zero head alone every s would be exactly ½.
+    assert any(abs(r["reward/preference"] - 0.5) > 1e-4 for r in rows), [r["reward/preference"] for r in rows]
     # Steps 2 and 3 reuse the engine: sync after every step, and rollouts of new prompts, compile nothing new
     # beyond the prefill shapes a new prompt length may need.
     assert rows[0]["reference/new_prompts"] == 4
