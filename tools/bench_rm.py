@@ -14,7 +14,7 @@ the ratio scorer ÷ bare (target ≥ 0.8). The text path (rendering + tokenisati
 
 The model is a preset with a random backbone and a random head (`--preset`), or a trained reward model
 (`--model RUN/final`: its backbone, head, tokenizer and scorer kind; `--data` then defaults to its tokenizer and
-only that scorer is timed).
+only that scorer is timed; a model with the likelihood term gets the responses' assistant masks, in both paths).
 
     JAX_PLATFORMS=cpu python tools/bench_rm.py [--preset tiny] [--pairs 64] [--batch-pairs 8] [--repeats 5] \
         [--data prefs.jsonl --tokenizer tokenizer.json] [--model RUN/final] [--buckets 128 256 ...]
@@ -55,11 +55,12 @@ def bench(kind: str, cfg, params, triples, batch_pairs: int, repeats: int, encod
             PairTemplate((3, 4, 5), (3, 6, 5), (3, 7, 5)) if kind == "pairwise" else None
         scorer_obj = make_scorer(kind, cfg, template)
     scorer = PreferenceScorer(params, scorer_obj, encode or (lambda s: []), batch_pairs=batch_pairs, buckets=buckets)
-    batches = [(jax.device_put(t), jax.device_put(n)) for _, t, n, _ in scorer._batches(triples)]
+    batches = [(jax.device_put(t), jax.device_put(n), None if m is None else jax.device_put(m))
+               for _, t, n, _, m in scorer._batches(triples)]
     forward = jax.jit(values, static_argnames=("cfg",))
 
     def bare():
-        jax.block_until_ready([forward(params, t, n, cfg) for t, n in batches])
+        jax.block_until_ready([forward(params, t, n, cfg, mask=m) for t, n, m in batches])
 
     scorer.score_ids(triples)  # compile every bucket of both
     bare()
@@ -68,7 +69,7 @@ def bench(kind: str, cfg, params, triples, batch_pairs: int, repeats: int, encod
         times["scorer"].append(_time(lambda: scorer.score_ids(triples)))
         times["bare"].append(_time(bare))
     med = {k: statistics.median(v) for k, v in times.items()}
-    widths = sorted({int(t.shape[1]) for t, _ in batches})
+    widths = sorted({int(t.shape[1]) for t, _, _ in batches})
     return {"scorer": kind, "pairs": len(triples), "batches": len(batches), "widths": widths,
             "scorer_pairs_per_s": round(len(triples) / med["scorer"], 2),
             "bare_pairs_per_s": round(len(triples) / med["bare"], 2), "ratio": round(med["bare"] / med["scorer"], 3)}
@@ -100,15 +101,18 @@ def main() -> None:
         encode = tok.encode
         rows = read_preferences(args.data)[0][: args.pairs]
         start = time.perf_counter()
+        masks = loaded is not None and loaded[1].likelihood  # a likelihood-term model also reads assistant masks
         triples = []
         for r in rows:
-            x, (a, b) = encode_prompt_response(encode, r["prompt"], [r["chosen"], r["rejected"]])
-            triples.append((x, a, b))
+            x, pieces, *m = encode_prompt_response(encode, r["prompt"], [r["chosen"], r["rejected"]], masks=masks)
+            triples.append((x, *pieces, *(list(v) for v in (m[0] if m else ()))))
         print(json.dumps({"text_path_pairs_per_s": round(len(rows) / (time.perf_counter() - start), 1)}))
         cfg = load_preset(args.preset).replace(vocab_size=tok.vocab_size, pad_token_id=tok.special.pad)
     else:
         cfg = loaded[1].cfg if loaded else load_preset(args.preset).replace(vocab_size=2048, pad_token_id=0)
         triples = synthetic_triples(args.pairs, cfg.vocab_size)
+        if loaded is not None and loaded[1].likelihood:  # synthetic masks: every response token the assistant's
+            triples = [(x, a, b, [1] * len(a), [1] * len(b)) for x, a, b in triples]
     if loaded is not None:
         params, scorer = loaded
         cfg, kinds = scorer.cfg, (scorer.kind,)
