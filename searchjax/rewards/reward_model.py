@@ -6,8 +6,8 @@
 Every layer is causal (attention, the DeltaNet recurrence, its short convolution), so tokens after ℓ_b never
 reach h[b, ℓ_b − 1] and right padding never changes a score.
 
-Optionally (`likelihood=True`, pointwise scorer only) the score adds the backbone's own log-likelihood of the
-response's assistant tokens, with a learnt weight β (a scalar parameter, zero at the start):
+Optionally (`likelihood=True`) the score adds the backbone's own log-likelihood of the response's assistant tokens,
+with a learnt weight β (a scalar parameter, zero at the start):
 
     v_b = h[b, ℓ_b − 1] · w  +  β · Σ_t m[b, t] · log π(x_t | x_<t),   log π from the kept LM head (or the tied
                                                                          embedding), m the assistant-token mask
@@ -26,7 +26,8 @@ it starts at zero, so an untrained reward model scores every pair Δ = 0, P̄ = 
 Two scorers produce Δ(x, a, b), the logit that response a is preferred to b for prompt x, through one interface
 `scorer.delta(params, x, a, b)` over token `Segment`s (right-padded ids + lengths):
 
-- `PointwiseScorer`: rows x‖a and x‖b, Δ(x, a, b) = v(x‖a) − v(x‖b) (order cannot matter).
+- `PointwiseScorer`: rows x‖a and x‖b, Δ(x, a, b) = v(x‖a) − v(x‖b) (order cannot matter); with the likelihood
+  term, v includes each response's β · ℓ.
 - `PairwiseScorer`: one row x‖A‖a‖B‖b‖E whose value is Δ(x, a, b) itself, in the template
   (`PAIR_TEMPLATE`, `PairTemplate`)
 
@@ -38,6 +39,13 @@ Two scorers produce Δ(x, a, b), the logit that response a is preferred to b for
       E   "<|im_start|>system\\n[Which response is better, A or B?]<|im_end|>\\n"
 
   Δ(x, b, a) is the value of x‖A‖b‖B‖a‖E and need not equal −Δ(x, a, b): that gap is the position bias.
+  With the likelihood term the mask marks only the response in slot A, whose context is x‖A (the one in slot B is
+  read after the other response, so its likelihood would reward copying that response's names). Each response sits
+  in slot A exactly once, so with ℓ_k = β · ℓ_A(row k) and u_k the head's value of row k,
+
+      Δ(x, a, b) = u₁ + ℓ₁ − ℓ₂,    Δ(x, b, a) = u₂ + ℓ₂ − ℓ₁,
+
+  the likelihood part antisymmetric in (a, b) (position bias comes from the head alone), from the same two rows.
 
 `scorer.deltas(params, x, a, b)` returns both orders (Δ_ab, Δ_ba) from ONE forward over the 2B rows; the
 symmetric loss `bt_loss(Δ_ab, Δ_ba, r)` and the order average (RECIPE.md §4)
@@ -178,14 +186,15 @@ def masked_loglik(backbone: Params, h: jax.Array, tokens: jax.Array, mask: jax.A
 
 
 def values(params: RewardParams, tokens: jax.Array, lengths: jax.Array, cfg: ModelConfig, *,
-           mask: jax.Array | None = None, remat: bool = False, return_aux: bool = False):
+           mask: jax.Array | None = None, remat: bool = False, return_aux: bool = False, parts: bool = False):
     """v_b = h[b, ℓ_b − 1] · w (+ β · Σ_t m[b, t] log π with the likelihood term, module docstring): float32 [B]
     for right-padded int32 tokens [B, T] with ℓ = lengths [B] ≥ 1.
 
     mask [B, T] (int or bool): the assistant tokens whose log-likelihood the likelihood term sums; required when
-    `params.likelihood_weight` is set, ignored otherwise (positions at or past ℓ_b must be 0). With
-    return_aux=True returns (v, aux) with aux["router_aux_loss"] as `hidden_states` gives it over the valid tokens
-    only. A row with length 0 is padding: its value reads position 0 and means nothing.
+    `params.likelihood_weight` is set, ignored otherwise (positions at or past ℓ_b must be 0). With parts=True
+    returns (v, l): v as above and l [B] its likelihood part β · Σ m log π (zeros without the term), which the
+    pairwise scorer combines across rows. With return_aux=True returns (that, aux) with aux["router_aux_loss"] as
+    `hidden_states` gives it over the valid tokens only. A row with length 0 is padding: its value means nothing.
     """
     valid = jnp.arange(tokens.shape[1])[None] < lengths[:, None]
     out = hidden_states(params.backbone, tokens, cfg, remat=remat, return_aux=return_aux, valid=valid)
@@ -193,13 +202,17 @@ def values(params: RewardParams, tokens: jax.Array, lengths: jax.Array, cfg: Mod
     last = jnp.clip(lengths.astype(jnp.int32) - 1, 0, tokens.shape[1] - 1)
     h_last = jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # [B, D]
     v = jnp.einsum("BD,D->B", h_last, params.head.astype(h_last.dtype), preferred_element_type=F32)
+    lik = jnp.zeros_like(v)
     if params.likelihood_weight is not None:
         if mask is None:
             raise ValueError("values: this reward model has the likelihood term; pass the assistant-token mask")
         if mask.shape != tokens.shape:
             raise ValueError(f"values: mask shape {mask.shape} differs from tokens {tokens.shape}")
-        v = v + params.likelihood_weight.astype(F32) * masked_loglik(params.backbone, h, tokens, (jnp.asarray(mask) > 0) & valid)
-    return (v, aux) if return_aux else v
+        lik = params.likelihood_weight.astype(F32) * masked_loglik(params.backbone, h, tokens,
+                                                                    (jnp.asarray(mask) > 0) & valid)
+        v = v + lik
+    result = (v, lik) if parts else v
+    return (result, aux) if return_aux else result
 
 
 # ---------------------------------------------------------------------------------------------------- segments
@@ -298,18 +311,25 @@ class PairTemplate:
         return cls(*(tuple(int(i) for i in encode(PAIR_TEMPLATE[k])) for k in ("a", "b", "end")))
 
 
+def _unmasked(piece):
+    """A row piece whose tokens the likelihood term must not read: a Segment without its mask (ids lists as they
+    are: host-side masks are laid out by `mask_rows`)."""
+    return piece.replace(mask=None) if isinstance(piece, Segment) else piece
+
+
 class Scorer:
     """Δ(x, a, b) from a reward model over token Segments (module docstring); subclasses define the rows.
 
     `rows(x, a, b, marks)` lists the pieces of the two rows one forward computes, for any piece type: device
     Segments with `marks(batch)`, id lists with `template` (the host-side `PreferenceScorer` and the training
-    batches); `combine(v₁, v₂)` turns their values into (Δ(x, a, b), Δ(x, b, a)).
+    batches); `mask_rows` the two rows' assistant masks for the likelihood term (host side); `combine` turns the
+    rows' values and likelihood parts into (Δ(x, a, b), Δ(x, b, a)).
     """
 
     cfg: ModelConfig
     kind: str
     template: PairTemplate | None  # the pairwise markers' ids (None for the pointwise scorer)
-    likelihood: bool  # the score adds β · the response's log-likelihood (module docstring; pointwise only)
+    likelihood: bool  # the score adds β · a response's log-likelihood (module docstring)
 
     @property
     def pad_id(self) -> int:
@@ -323,7 +343,14 @@ class Scorer:
     def rows(self, x, a, b, marks) -> tuple[list, list]:
         raise NotImplementedError
 
-    def combine(self, v_first: jax.Array, v_second: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def mask_rows(self, x_len: int, mask_a, mask_b) -> tuple[list[int], list[int]]:
+        """The two rows' assistant masks (int lists as long as the rows of `rows`) for a prompt of x_len tokens
+        and responses with assistant masks mask_a, mask_b: the tokens whose log-likelihood the term sums."""
+        raise NotImplementedError
+
+    def combine(self, v_first: jax.Array, v_second: jax.Array, lik_first: jax.Array,
+                lik_second: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(Δ(x, a, b), Δ(x, b, a)) from the two rows' values v and their likelihood parts (`values(parts=True)`)."""
         raise NotImplementedError
 
     def deltas(self, params: RewardParams, x: Segment, a: Segment, b: Segment, *, remat: bool = False,
@@ -341,9 +368,9 @@ class Scorer:
         tokens = jnp.concatenate([first.ids, second.ids])
         lengths = jnp.concatenate([first.lengths, second.lengths])
         mask = jnp.concatenate([first.mask, second.mask]) if self.likelihood else None
-        out = values(params, tokens, lengths, self.cfg, mask=mask, remat=remat, return_aux=return_aux)
-        v, aux = out if return_aux else (out, None)
-        d = self.combine(v[:batch], v[batch:])
+        out = values(params, tokens, lengths, self.cfg, mask=mask, remat=remat, return_aux=return_aux, parts=True)
+        (v, lik), aux = out if return_aux else (out, None)
+        d = self.combine(v[:batch], v[batch:], lik[:batch], lik[batch:])
         return (d, aux) if return_aux else d
 
     def delta(self, params: RewardParams, x: Segment, a: Segment, b: Segment) -> jax.Array:
@@ -374,44 +401,52 @@ class PointwiseScorer(Scorer):
     def rows(self, x, a, b, marks):
         return [x, a], [x, b]
 
-    def combine(self, v_first, v_second):
+    def mask_rows(self, x_len, mask_a, mask_b):
+        return [0] * x_len + [int(m) for m in mask_a], [0] * x_len + [int(m) for m in mask_b]
+
+    def combine(self, v_first, v_second, lik_first, lik_second):
         return pointwise_deltas(v_first, v_second)
 
 
 @dataclasses.dataclass(frozen=True)
 class PairwiseScorer(Scorer):
-    """Δ(x, a, b) = v(x‖A‖a‖B‖b‖E): the head reads the pair in order (template: module docstring)."""
+    """Δ(x, a, b) = v(x‖A‖a‖B‖b‖E): the head reads the pair in order (template: module docstring); with
+    `likelihood`, plus β · [ℓ_A(x‖A‖a…) − ℓ_A(x‖A‖b…)], the slot-A responses' log-likelihoods."""
 
     cfg: ModelConfig
     template: PairTemplate
+    likelihood: bool = False
     kind = "pairwise"
-    likelihood = False
 
     def marks(self, batch: int):
         t = self.template
         return PairTemplate(*(constant_segment(ids, batch) for ids in (t.a, t.b, t.end)))
 
     def rows(self, x, a, b, marks):
-        return [x, marks.a, a, marks.b, b, marks.end], [x, marks.a, b, marks.b, a, marks.end]
+        return ([x, marks.a, a, marks.b, _unmasked(b), marks.end],
+                [x, marks.a, b, marks.b, _unmasked(a), marks.end])
 
-    def combine(self, v_first, v_second):
-        return pairwise_deltas(v_first, v_second)
+    def mask_rows(self, x_len, mask_a, mask_b):
+        t = self.template
+        row = lambda first, second: ([0] * (x_len + len(t.a)) + [int(m) for m in first]  # noqa: E731
+                                     + [0] * (len(t.b) + len(second) + len(t.end)))
+        return row(mask_a, mask_b), row(mask_b, mask_a)
+
+    def combine(self, v_first, v_second, lik_first, lik_second):
+        d_ab, d_ba = pairwise_deltas(v_first, v_second)
+        return d_ab - lik_second, d_ba - lik_first
 
 
 def make_scorer(kind: str, cfg: ModelConfig, template: PairTemplate | None = None,
                 likelihood: bool = False) -> Scorer:
-    """The scorer of `kind` ("pointwise" or "pairwise"; the pairwise one needs its template). `likelihood` adds
-    the response log-likelihood term (pointwise only: in the pairwise row the second response is read after the
-    first, so its likelihood would be conditioned on the other response's names)."""
+    """The scorer of `kind` ("pointwise" or "pairwise"; the pairwise one needs its template); `likelihood` adds
+    the response log-likelihood term (module docstring)."""
     if kind == "pointwise":
         return PointwiseScorer(cfg, likelihood)
-    if likelihood:
-        raise ValueError(f"the likelihood term needs the pointwise scorer (scorer {kind!r}); each response's "
-                         "likelihood must be read given the prompt alone")
     if kind == "pairwise":
         if template is None:
             raise ValueError("the pairwise scorer needs a PairTemplate (PairTemplate.from_encoder(tokenizer.encode))")
-        return PairwiseScorer(cfg, template)
+        return PairwiseScorer(cfg, template, likelihood)
     raise ValueError(f"unknown scorer kind {kind!r}; expected one of {list(SCORER_KINDS)}")
 
 

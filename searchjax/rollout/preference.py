@@ -93,9 +93,9 @@ class PreferenceScorer:
 
     def _both_orders(self, params, tokens, lengths, swap, mask=None):
         """(P̄, Δ(x, a, b), Δ(x, b, a)) [P] from rows [first rows of the P pairs; their second rows]."""
-        v = values(params, tokens, lengths, self.scorer.cfg, mask=mask)
+        v, lik = values(params, tokens, lengths, self.scorer.cfg, mask=mask, parts=True)
         n = tokens.shape[0] // 2
-        first, second = self.scorer.combine(v[:n], v[n:])
+        first, second = self.scorer.combine(v[:n], v[n:], lik[:n], lik[n:])
         d_ab, d_ba = jnp.where(swap, second, first), jnp.where(swap, first, second)
         return averaged_preference(d_ab, d_ba), d_ab, d_ba
 
@@ -119,8 +119,8 @@ class PreferenceScorer:
         if mask_a is None or mask_b is None or len(mask_a) != len(a) or len(mask_b) != len(b):
             raise ValueError("this reward model has the likelihood term: each triple needs (x, a, b, mask_a, mask_b) "
                              "with one mask entry per response token (encode_triples makes them)")
-        m1, m2 = self.scorer.rows([0] * len(x), *((mask_b, mask_a) if swap else (mask_a, mask_b)), None)
-        return _row(first), _row(second), swap, _row(m1), _row(m2)
+        m1, m2 = self.scorer.mask_rows(len(x), *((mask_b, mask_a) if swap else (mask_a, mask_b)))
+        return _row(first), _row(second), swap, m1, m2
 
     def _batches(self, triples: Sequence[Triple]):
         """(pair indices, tokens [2B, W], lengths [2B], swap [B], mask [2B, W] or None) per batch, pairs sorted by

@@ -14,9 +14,9 @@ preferences.read_preferences), rows of `data.train_split` for training and the "
 evaluation; pairs are shuffled per epoch (grain, checkpointable), sorted by length within windows of
 `window_batches` batches and padded to the smallest of `data.buckets` (one compile per bucket).
 
-`likelihood` (pointwise only): the score adds β · the response's log-likelihood under the backbone's own LM head
-(searchjax.rewards.reward_model, module docstring), β learnt from zero; batches then carry the assistant-token mask
-of each row (`mask` [B, 2, W]).
+`likelihood`: the score adds β · the response's log-likelihood under the backbone's own LM head (for the pairwise
+scorer, of the response in slot A; searchjax.rewards.reward_model, module docstring), β learnt from zero; batches
+then carry the assistant-token mask of each row (`mask` [B, 2, W], `Scorer.mask_rows`).
 
 `freeze_backbone_steps`: the backbone gets no gradient for the first steps (only the value head learns, from its
 zero start). The shared optimizer's trainable mask is fixed for a whole run, so the freeze is a stop-gradient
@@ -112,9 +112,6 @@ class RMConfig(TrainConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.likelihood and self.scorer != "pointwise":
-            raise TypeError(f"likelihood: true needs scorer: pointwise (got {self.scorer!r}): each response's "
-                            "likelihood is read given the prompt alone")
         if not 0 <= self.freeze_backbone_steps <= self.steps:
             raise TypeError(f"freeze_backbone_steps must be in [0, steps={self.steps}], got "
                             f"{self.freeze_backbone_steps}")
@@ -148,10 +145,10 @@ def pair_deltas(params, scorer: Scorer, tokens: jax.Array, lengths: jax.Array, m
     mask [B, 2, W] (the assistant tokens; needed by the likelihood term only)."""
     b, _, w = tokens.shape
     flat_mask = None if mask is None else mask.reshape(2 * b, w)
-    v, aux = values(params, tokens.reshape(2 * b, w), lengths.reshape(2 * b), scorer.cfg, mask=flat_mask,
-                    remat=remat, return_aux=True)
-    v = v.reshape(b, 2)
-    return scorer.combine(v[:, 0], v[:, 1]), aux["router_aux_loss"]
+    (v, lik), aux = values(params, tokens.reshape(2 * b, w), lengths.reshape(2 * b), scorer.cfg, mask=flat_mask,
+                           remat=remat, return_aux=True, parts=True)
+    v, lik = v.reshape(b, 2), lik.reshape(b, 2)
+    return scorer.combine(v[:, 0], v[:, 1], lik[:, 0], lik[:, 1]), aux["router_aux_loss"]
 
 
 @jax.custom_vjp
@@ -211,10 +208,8 @@ def encode_pairs(records: Sequence[dict[str, Any]], scorer: Scorer, encode, max_
             raise DataError(f"rm: pair {r['id']!r} has a row of {longest} tokens, more than the largest bucket "
                             f"{max_len}; raise data.buckets, or set data.overflow: drop")
         pair = {"rows": rows, "label": 1.0, "category": r["category"], "id": r["id"]}
-        if scorer.likelihood:  # x and the template's marks are never the assistant's
-            zero = None if marks is None else PairTemplate(*(tuple(0 for _ in m) for m in (marks.a, marks.b, marks.end)))
-            pair["masks"] = [np.asarray([i for piece in row for i in piece], np.int32)
-                             for row in scorer.rows([0] * len(x), *masks[0], zero)]
+        if scorer.likelihood:
+            pair["masks"] = [np.asarray(row, np.int32) for row in scorer.mask_rows(len(x), *masks[0])]
         out.append(pair)
     return out, dropped
 

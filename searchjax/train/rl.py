@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from searchjax.chat.template import render
+from searchjax.chat.template import IM_START, render
 from searchjax.losses.grpo import policy_loss
 from searchjax.losses.logprobs import token_logprobs
 from searchjax.model import ModelConfig
@@ -173,15 +173,34 @@ class ReferenceCache:
         return cls(int(data["group_size"]), entries)
 
 
+def opened_turn_mask(ids: Sequence[int], mask: Sequence[int], gen: Sequence[int], opened: int) -> list[int]:
+    """`mask` (a rollout's loss mask over `ids`) with the last `opened` tokens of every occurrence of the generation
+    prompt `gen` in `ids` set to 1.
+
+    The driver appends the generation prompt "<|im_start|>assistant\n<think>\n" before each turn, so a rollout's
+    loss mask is 0 on its "<think>\n"; the chat template's masks (the ones the reward model's likelihood term was
+    trained with, searchjax.data.preferences.encode_prompt_response) count it as the start of the assistant's body.
+    """
+    out, n = [int(m) for m in mask], len(gen)
+    if opened:
+        for p in range(len(ids) - n + 1):
+            if list(ids[p:p + n]) == list(gen):
+                out[p + n - opened:p + n] = [1] * opened
+    return out
+
+
 class PreferenceInputs:
     """Token-id triples (x, a, b) for the reward model from rollout records, in the layout the reward model was
     trained on (`searchjax.data.preferences.encode_prompt_response`): x is the prompt rendered without the tool
-    schema, through its last <|im_end|>\\n; a and b are the generation prompt followed by everything the rollout
-    appended after its prompt (its turns, tool calls and tool responses, token for token)."""
+    schema, through its last <|im_end|>\n; a and b are the generation prompt followed by everything the rollout
+    appended after its prompt (its turns, tool calls and tool responses, token for token). With masks, each
+    response's assistant mask as the template's: the generated tokens and each turn's opening after
+    "<|im_start|>assistant\n" (`opened_turn_mask`)."""
 
     def __init__(self, encode, enable_thinking: bool = True):
         self.encode, self.enable_thinking = encode, enable_thinking
         self._cache: dict[str, tuple[list[int], list[int]]] = {}
+        self._header = encode(IM_START + "assistant\n")
 
     def prompt(self, item: PromptItem) -> tuple[list[int], list[int]]:
         """(x ids, generation-prompt ids) of an item."""
@@ -194,23 +213,33 @@ class PreferenceInputs:
             got = self._cache[item.prompt_id] = (x, self.encode(full[len(head):]))
         return got
 
+    def opened(self, gen: Sequence[int]) -> int:
+        """How many trailing tokens of the generation prompt the template's masks count as the assistant's."""
+        h = len(self._header)
+        if list(gen[:h]) != list(self._header):
+            raise ValueError(f"the generation prompt's ids {list(gen)} do not start with the turn header's "
+                             f"{self._header}: the tokenizer merges across it")
+        return len(gen) - h
+
     def triples(self, prompts: Sequence[RLPrompt], grid: Sequence[Sequence[RolloutRecord]],
                 cache: ReferenceCache, masks: bool = False) -> list[tuple[list[int], ...]]:
         """Row-major (n·G + i) triples: x of prompt n, a = policy rollout i, b = reference rollout i; with masks
-        (a reward model with the likelihood term) also each response's mask of generated tokens (the records' loss
-        mask; 0 on the generation prompt)."""
+        (a reward model with the likelihood term) also each response's assistant mask (the records' loss mask with
+        every turn's opening marked, class docstring)."""
         out = []
         for prompt, row in zip(prompts, grid):
             x, gen = self.prompt(prompt.item)
             refs = cache[prompt.prompt_id]
             for rec, ref in zip(row, refs):
-                triple = (x, gen + list(rec.tokens[rec.prompt_length:]), gen + list(ref.response))
+                a, b = gen + list(rec.tokens[rec.prompt_length:]), gen + list(ref.response)
+                triple = (x, a, b)
                 if masks:
                     if ref.mask is None:
                         raise ValueError(f"reference cache: prompt {prompt.prompt_id!r} has no loss masks (a cache "
                                          "saved before they were kept); the likelihood term needs them")
-                    zero = [0] * len(gen)
-                    triple += (zero + list(rec.loss_mask[rec.prompt_length:]), zero + list(ref.mask))
+                    zero, opened = [0] * len(gen), self.opened(gen)
+                    triple += (opened_turn_mask(a, zero + list(rec.loss_mask[rec.prompt_length:]), gen, opened),
+                               opened_turn_mask(b, zero + list(ref.mask), gen, opened))
                 out.append(triple)
         return out
 

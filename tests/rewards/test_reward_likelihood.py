@@ -1,7 +1,7 @@
 """The reward model's likelihood term (searchjax.rewards.reward_model, `likelihood=True`): the score's definition
 against the plain forward, padding invariance, the zero start, exact order averaging, the checkpoint round trip,
 the assistant masks it reads (preference encoding, PreferenceScorer, GRPO's triples and reference cache), the
-configurations it refuses, and one training step that moves β."""
+pairwise scorer's slot-A term, and the configurations that take it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 from searchjax.data.preferences import encode_prompt_response
 from searchjax.model import forward
 from searchjax.rewards.reward_model import (
+    PairTemplate,
+    PairwiseScorer,
     PointwiseScorer,
     Segment,
     from_policy,
@@ -101,18 +103,59 @@ def test_checkpoint_round_trip_keeps_the_lm_head_and_beta(model, tmp_path):
         save_reward_model(tmp_path / "bad", params, PointwiseScorer(cfg))
 
 
-def test_only_the_pointwise_scorer_takes_the_likelihood_term(model):
-    from searchjax.config import ConfigError, configs_dir
+PAIR = PairTemplate(a=(201, 202, 203), b=(204, 205), end=(206, 207, 208, 209))
+
+
+def test_pairwise_likelihood_reads_slot_a_and_is_antisymmetric(model):
+    """Δ(x, a, b) = u(x‖A‖a‖B‖b‖E) + β[ℓ_A(row₁) − ℓ_A(row₂)] with ℓ_A the masked log-likelihood of the response in
+    slot A only (the plain forward, by hand); the likelihood part cancels in Δ(x, a, b) + Δ(x, b, a)."""
+    cfg, params = model
+    scorer = make_scorer("pairwise", cfg, PAIR, likelihood=True)
+    assert isinstance(scorer, PairwiseScorer) and scorer.likelihood
+    x = Segment(*rows_and_masks(5, 3, 10)[:2])
+    a, b = Segment(*rows_and_masks(6, 3, 12)), Segment(*rows_and_masks(7, 3, 12))
+    d_ab, d_ba = jax.jit(scorer.deltas)(params, x, a, b)
+
+    def by_hand(first, second):  # the row x‖A‖first‖B‖second‖E, with first's mask only
+        ids, mask = [], []
+        for i in range(3):
+            pieces = [(x.ids[i, :x.lengths[i]], 0), (jnp.asarray(PAIR.a), 0), (first.ids[i, :first.lengths[i]],
+                      first.mask[i, :first.lengths[i]]), (jnp.asarray(PAIR.b), 0),
+                      (second.ids[i, :second.lengths[i]], 0), (jnp.asarray(PAIR.end), 0)]
+            ids.append(np.concatenate([np.asarray(p) for p, _ in pieces]))
+            mask.append(np.concatenate([np.broadcast_to(np.asarray(m), np.asarray(p).shape) for p, m in pieces]))
+        width = max(map(len, ids))
+        tokens = np.stack([np.pad(r, (0, width - len(r)), constant_values=PAD) for r in ids])
+        masks = np.stack([np.pad(m, (0, width - len(m))) for m in mask])
+        lengths = jnp.asarray([len(r) for r in ids], jnp.int32)
+        head = _values(params.replace(likelihood_weight=None), jnp.asarray(tokens), lengths, cfg)
+        lik = _values(params, jnp.asarray(tokens), lengths, cfg, mask=jnp.asarray(masks)) - head
+        return head, lik
+
+    (u1, l1), (u2, l2) = by_hand(a, b), by_hand(b, a)
+    np.testing.assert_allclose(d_ab, u1 + l1 - l2, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(d_ba, u2 + l2 - l1, rtol=1e-5, atol=1e-4)
+    assert float(jnp.abs(l1 - l2).min()) > 1e-3, "the slot-A likelihoods should differ"
+    np.testing.assert_allclose(d_ab + d_ba, u1 + u2, rtol=1e-5, atol=1e-4)  # position bias: the head's alone
+    pref = jax.jit(scorer.preference)
+    np.testing.assert_array_equal(pref(params, x, a, b) + pref(params, x, b, a), np.ones(3, np.float32))
+
+
+def test_both_scorers_take_the_likelihood_term_and_round_trip(model, tmp_path):
+    from searchjax.config import configs_dir
     from searchjax.train.config import load_train_config
     from searchjax.train.reward_model import RMConfig
 
-    cfg, _ = model
-    with pytest.raises(ValueError, match="needs the pointwise scorer"):
-        make_scorer("pairwise", cfg, None, likelihood=True)
+    cfg, params = model
     path = configs_dir() / "train" / "rm_tiny.yaml"
-    assert load_train_config(RMConfig, path, ["likelihood=true"]).likelihood
-    with pytest.raises(ConfigError, match="likelihood: true needs scorer: pointwise"):
-        load_train_config(RMConfig, path, ["likelihood=true", "scorer=pairwise"])
+    for kind in ("pointwise", "pairwise"):
+        got = load_train_config(RMConfig, path, ["likelihood=true", f"scorer={kind}"])
+        assert got.likelihood and got.scorer == kind
+    scorer = make_scorer("pairwise", cfg, PAIR, likelihood=True)
+    save_reward_model(tmp_path / "rm", params, scorer, max_shard_bytes=300_000)
+    loaded, loaded_scorer = load_reward_model(tmp_path / "rm")
+    assert loaded_scorer == scorer
+    chex.assert_trees_all_equal(loaded, params)
 
 
 CONVERSATION = {
@@ -138,22 +181,26 @@ def test_response_masks_mark_exactly_the_assistant_turns():
     assert encode_prompt_response(char_encode, CONVERSATION["prompt"], [CONVERSATION["response"]]) == (x, [a])
 
 
-def test_preference_scorer_reads_masks_and_matches_the_pure_scorer(model):
+@pytest.mark.parametrize("kind", ["pointwise", "pairwise"])
+def test_preference_scorer_reads_masks_and_matches_the_pure_scorer(model, kind):
     cfg, params = model
-    scorer = PreferenceScorer(params, PointwiseScorer(cfg, likelihood=True), char_encode, batch_pairs=2,
-                              buckets=(128, 256))
+    pure = make_scorer(kind, cfg, PAIR if kind == "pairwise" else None, likelihood=True)
+    scorer = PreferenceScorer(params, pure, char_encode, batch_pairs=2, buckets=(128, 256))
     assert scorer.needs_masks
     prompts = ["Is the sky blue?", "Name a city."]
     rollouts, references = ["Yes, it is.", "Paris."], ["No.", "Berlin, I think."]
     triples = scorer.encode_triples(prompts, rollouts, references)
     assert all(len(t) == 5 for t in triples)
     p, d_ab, d_ba = scorer.deltas_ids(triples)
-    np.testing.assert_array_equal(d_ba, -d_ab)
+    if kind == "pointwise":
+        np.testing.assert_array_equal(d_ba, -d_ab)
     for i, (x, a, b, ma, mb) in enumerate(triples):
         seg = lambda ids, m=None: Segment(jnp.asarray([ids], jnp.int32), jnp.asarray([len(ids)], jnp.int32),  # noqa: E731
                                           None if m is None else jnp.asarray([m], jnp.int32))
-        want = PointwiseScorer(cfg, likelihood=True).delta(params, seg(x), seg(a, ma), seg(b, mb))
-        np.testing.assert_allclose(d_ab[i], want[0], rtol=1e-5, atol=1e-4)
+        want = pure.deltas(params, seg(x), seg(a, ma), seg(b, mb))
+        np.testing.assert_allclose([d_ab[i], d_ba[i]], [want[0][0], want[1][0]], rtol=1e-5, atol=1e-4)
+    swapped = scorer.score_ids([(x, b, a, mb, ma) for x, a, b, ma, mb in triples])
+    np.testing.assert_array_equal(p + swapped, np.ones(len(triples), np.float32))
     with pytest.raises(ValueError, match="needs \\(x, a, b, mask_a, mask_b\\)"):
         scorer.score_ids([t[:3] for t in triples])
 
@@ -191,3 +238,38 @@ def test_training_pairs_carry_each_rows_assistant_mask(model):
     assert batch["mask"].sum() == ma.sum() + mb.sum()
     (plain,), _ = encode_pairs([record], PointwiseScorer(cfg), char_encode, 4096)
     assert "masks" not in plain and "mask" not in pad_pairs([plain], 512, PAD)
+    (pair,), _ = encode_pairs([record], make_scorer("pairwise", cfg, PAIR, likelihood=True), char_encode, 4096)
+    for row, m, first, first_mask in zip(pair["rows"], pair["masks"], (a, b), (ma, mb)):
+        start = len(x) + len(PAIR.a)  # slot A: the only response whose tokens the term reads
+        assert len(m) == len(row) and list(row[start:start + len(first)]) == list(first)
+        assert list(m[start:start + len(first)]) == list(first_mask) and m.sum() == first_mask.sum()
+
+
+def test_grpo_masks_equal_the_masks_the_reward_model_was_trained_with():
+    """A rollout laid out token for token as the chat template renders the conversation: its triple's mask (the
+    loss mask plus each turn's opening "<think>\\n", which the driver appends) is the preference encoding's."""
+    from searchjax.chat.template import render, render_segments
+    from searchjax.rollout.agent import TOOLS, PromptItem
+    from searchjax.rollout.records import RolloutRecord
+    from searchjax.train.rl import PreferenceInputs, ReferenceCache, ReferenceRollout, RLPrompt
+
+    prompt, response = CONVERSATION["prompt"], CONVERSATION["response"]
+    head = render(prompt, list(TOOLS), add_generation_prompt=True)
+    segments = render_segments([*prompt, *response], list(TOOLS), add_generation_prompt=False)
+    text = "".join(seg.text for seg in segments)
+    assert text.startswith(head)
+    loss_mask = [int(seg.trainable) for seg in segments for _ in seg.text]
+    opening = "<|im_start|>assistant\n<think>\n"  # appended by the driver: the model generates what follows
+    for at in [i for i in range(len(text)) if text.startswith(opening, i)]:
+        loss_mask[at:at + len(opening)] = [0] * len(opening)
+    tokens, n = char_encode(text), len(head)
+    rec = RolloutRecord(prompt_id="p", group_index=0, tokens=tokens, loss_mask=loss_mask,
+                        logprobs=[0.0] * len(tokens), prompt_length=n, tool_calls=1, tool_failures=0,
+                        response_length=sum(loss_mask), answer="Paris", finish_reason="stop")
+    rec.check()
+    item = RLPrompt(PromptItem("p", tuple(prompt)), "qa", {})
+    (x, a, b, ma, mb), = PreferenceInputs(char_encode).triples([item], [[rec]], ReferenceCache(
+        1, {"p": [ReferenceRollout.of(rec)]}), masks=True)
+    want_x, (want_a,), (want_mask,) = encode_prompt_response(char_encode, prompt, [response], masks=True)
+    assert (x, a, b) == (want_x, want_a, want_a) and ma == mb == list(want_mask)
+    assert sum(ma) == sum(loss_mask) + 2 * len("<think>\n") > 0  # the openings of both turns were added

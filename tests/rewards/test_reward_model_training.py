@@ -34,8 +34,9 @@ def toy_batch(scorer, seed: int, n: int = 8, width: int = 192) -> dict[str, np.n
         body = list(rng.integers(10, 200, rng.integers(2, 8)))
         rows = scorer.rows(x, body + [7], body + [9], scorer.template)
         pairs.append({"rows": [np.array([i for piece in r for i in piece]) for r in rows], "label": 1.0})
-        if scorer.likelihood:  # pointwise rows x‖a: the response is the assistant's
-            pairs[-1]["masks"] = [np.array([0] * len(x) + [1] * (len(body) + 1))] * 2
+        if scorer.likelihood:  # the responses are the assistant's
+            ones = [1] * (len(body) + 1)
+            pairs[-1]["masks"] = [np.array(m) for m in scorer.mask_rows(len(x), ones, ones)]
     return {**pad_pairs(pairs, width, 0), "freeze": np.zeros((n,), bool)}
 
 
@@ -90,17 +91,19 @@ def test_backbone_freeze_trains_the_head_only(start):
     assert not all(jax.tree.leaves(moved))
 
 
-def test_likelihood_term_trains_beta_under_the_freeze_and_learns_the_toy_set():
+@pytest.mark.parametrize("kind", ["pointwise", "pairwise"])
+def test_likelihood_term_trains_beta_under_the_freeze_and_learns_the_toy_set(kind):
     cfg, policy = tiny_model("tiny", seed=0)
     params = from_policy(policy, cfg, likelihood=True)
-    scorer = PointwiseScorer(cfg, likelihood=True)
+    scorer = (PointwiseScorer(cfg, likelihood=True) if kind == "pointwise"
+              else PairwiseScorer(cfg, PairTemplate.from_encoder(char_encode), likelihood=True))
 
     batches = [toy_batch(scorer, s) for s in range(4)]
     frozen, _ = train(scorer, params, batches[:1], steps=3, freeze=True)
     same = jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), frozen.params.backbone, params.backbone)
     assert all(jax.tree.leaves(same)), "a frozen backbone (its LM head included) must not move"
     assert float(frozen.params.likelihood_weight) != 0.0, "β learns with the head"
-    _, history = train(scorer, params, batches, steps=30)
+    _, history = train(scorer, params, batches, steps=40)
     first, last = np.mean([h["rm/loss"] for h in history[:4]]), np.mean([h["rm/loss"] for h in history[-4:]])
     assert history[0]["rm/loss"] == pytest.approx(np.log(2), abs=1e-4) and last < 0.5 * first, (first, last)
 
