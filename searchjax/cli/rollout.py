@@ -6,6 +6,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -192,7 +193,7 @@ def _run_streaming(agent, items, args: argparse.Namespace, reference, out: Path)
 @run_command
 def _serve(args: argparse.Namespace) -> int:
     from searchjax.rollout import Sampling
-    from searchjax.rollout.serve import RolloutServer
+    from searchjax.rollout.serve import STOP_TIMEOUT_S, RolloutServer
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k)
     _model_dir(args.model, "--model")
@@ -202,7 +203,12 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         server.wait_for_termination()
     except KeyboardInterrupt:
-        server.stop()
+        stuck = server.stop()
+        if stuck:  # daemon threads end with the process; the RPC workers would be joined at exit: leave now
+            print(f"searchjax serve: {', '.join(stuck)} did not stop within {STOP_TIMEOUT_S:.0f} s; exiting without "
+                  "waiting for them", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(0)
     return 0
 
 

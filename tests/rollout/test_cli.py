@@ -105,6 +105,35 @@ def test_serve_binds_loopback_by_default():
     assert (args.host, args.port, args.temperature, args.top_p, args.top_k) == ("127.0.0.1", 9000, 1.0, 1.0, 0)
 
 
+def test_serve_exits_past_a_server_that_does_not_stop(monkeypatch, model_dir, capsys):
+    """Ctrl-C, and a stop that reports stuck threads: the command says what and leaves (os._exit) instead of
+    hanging in the interpreter's exit-time joins."""
+    import searchjax.rollout.serve as serve
+
+    class Stuck:
+        port = 1
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def wait_for_termination(self):
+            raise KeyboardInterrupt
+
+        def stop(self):
+            return ["JetStream's driver threads"]
+
+    def leave(code):
+        raise SystemExit(f"os._exit({code})")
+
+    monkeypatch.setattr(serve, "RolloutServer", Stuck)
+    monkeypatch.setattr(rollout_cli, "_engine", lambda args, sampling: None)
+    monkeypatch.setattr(rollout_cli.os, "_exit", leave)
+    args = _parser().parse_args(["serve", "--model", str(model_dir)])
+    with pytest.raises(SystemExit, match=r"os\._exit\(0\)"):
+        args.func(args)
+    assert "JetStream's driver threads did not stop within 30 s" in capsys.readouterr().err
+
+
 def test_rollout_command_reports_a_missing_prompts_file(tmp_path, model_dir, capsys):
     args = _parser().parse_args([
         "rollout", "--model", str(model_dir), "--index", str(tmp_path), "--prompts", str(tmp_path / "none.jsonl"),

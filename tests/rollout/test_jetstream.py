@@ -2,6 +2,7 @@
 
 import asyncio
 import socket
+import threading
 
 import jax
 import pytest
@@ -143,3 +144,20 @@ def test_server_survives_bad_requests_and_serves_the_next_good_one(engine, param
 def test_server_rejects_a_port_out_of_range(engine):
     with pytest.raises(ValueError, match="0..65535"):
         RolloutServer(engine, host="127.0.0.1", port=99999)
+
+
+def test_stop_is_bounded_and_names_what_did_not_stop(engine):
+    """A driver whose stop never returns: stop() gives up after its timeout, says so, and answers the same again."""
+    import time
+
+    server = RolloutServer(engine, host="127.0.0.1", port=0)
+    real_stop, release = server.driver.stop, threading.Event()
+    server.driver.stop = release.wait  # blocks until released
+    try:
+        start = time.perf_counter()
+        assert server.stop(timeout_s=0.5) == ["JetStream's driver threads"]
+        assert time.perf_counter() - start < 20
+        assert server.stop() == ["JetStream's driver threads"]  # the first answer, nothing waited for again
+    finally:
+        release.set()
+        real_stop()
