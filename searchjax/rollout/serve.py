@@ -133,10 +133,9 @@ class RolloutServer:
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
         """Stop the RPCs, then JetStream's driver threads, the event loop and the RPC workers, each waited for at
         most `timeout_s`. Returns what did not stop in time (empty: a clean stop); a second call returns the
-        first one's answer. JetStream's `Driver.stop` loops until every thread has taken a sentinel; on the loaded
-        2-core machine a `searchjax serve` once did not exit within 10 minutes of SIGINT (the test suite, session
-        19; which part hung was not recorded). The caller decides whether to exit past what is stuck
-        (`searchjax serve` does)."""
+        first one's answer. JetStream's `Driver.stop` loops until every thread has taken a sentinel, which once
+        took over 60 s beside the test suite on the 2-core machine (session 7). The caller decides whether to exit
+        past what is stuck (`searchjax serve` does)."""
         if self._stuck is None:
             self._stuck = []
             try:
