@@ -66,6 +66,7 @@ def grpo_loss(
     is_cap: float | None = None,
     clip_eps: float | None = None,
     logp_old: jax.Array | None = None,
+    norm_length: int | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Negative GRPO objective with token-level importance sampling (RECIPE.md §2, eq. J(θ)).
 
@@ -79,7 +80,9 @@ def grpo_loss(
       With log π_old = log π_θ (first step) this equals the plain objective in value and gradient.
 
     |o_i| counts the valid tokens of row i (prompt, tool output and padding are masked out); B counts the
-    rows with at least one valid token.
+    rows with at least one valid token. `norm_length=L` (ablation) puts the constant L in place of every |o_i|
+    (Dr. GRPO's normalisation): with 1/|o_i| a losing rollout's negative advantage is spread over its length, so
+    a long wrong rollout is pushed down less per token than a short one; with 1/L every token weighs the same.
 
     Returns:
       (loss, metrics): kl_infer = mean over valid tokens of log μ − log π (the train–inference KL estimate),
@@ -93,6 +96,8 @@ def grpo_loss(
         raise ValueError(f"grpo_loss: is_cap must be > 0 or None, got {is_cap}")
     if clip_eps is not None and not 0 < clip_eps < 1:
         raise ValueError(f"grpo_loss: clip_eps must be in (0, 1), got {clip_eps}")
+    if norm_length is not None and norm_length < 1:
+        raise ValueError(f"grpo_loss: norm_length must be >= 1 or None, got {norm_length}")
     mask = token_mask.astype(bool)
     logp = logp.astype(jnp.float32)
     log_r = jnp.where(mask, logp - sg(logp_infer.astype(jnp.float32)), 0.0)
@@ -112,7 +117,8 @@ def grpo_loss(
         objective = rho_old * jnp.minimum(rho * adv, clipped * adv)
         metrics["clip_frac"] = _masked_token_mean(sg(clipped != rho).astype(jnp.float32), mask)
     n_tok = mask.sum(axis=-1)
-    per_seq = jnp.where(mask, objective, 0.0).sum(axis=-1) / jnp.maximum(n_tok, 1)
+    denominator = jnp.maximum(n_tok, 1) if norm_length is None else jnp.float32(norm_length)
+    per_seq = jnp.where(mask, objective, 0.0).sum(axis=-1) / denominator
     n_seq = jnp.maximum((n_tok > 0).sum(), 1)
     return -per_seq.sum() / n_seq, metrics
 
@@ -156,10 +162,10 @@ def policy_loss(
     logp_old: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The policy loss `cfg` selects: `sequence_grpo_loss` when cfg.sequence_is, else `grpo_loss` with
-    cfg.is_cap and, when cfg.clip_eps is set, the PPO clip against `logp_old` (required then)."""
+    cfg.is_cap, cfg.norm_length and, when cfg.clip_eps is set, the PPO clip against `logp_old` (required then)."""
     if cfg.sequence_is:
         return sequence_grpo_loss(logp, logp_infer, advantages, token_mask, is_cap=cfg.is_cap)
     if cfg.clip_eps is not None and logp_old is None:
         raise ValueError("policy_loss: cfg.clip_eps is set, so logp_old (the behaviour log-probs) is required")
     return grpo_loss(logp, logp_infer, advantages, token_mask, is_cap=cfg.is_cap, clip_eps=cfg.clip_eps,
-                     logp_old=logp_old if cfg.clip_eps is not None else None)
+                     logp_old=logp_old if cfg.clip_eps is not None else None, norm_length=cfg.norm_length)

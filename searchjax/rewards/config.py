@@ -38,6 +38,8 @@ class RewardConfig:
       is_cap: truncated-IS cap C on π/μ (None = the write-up's plain ratio).
       clip_eps: PPO clip ε for several optimizer steps per rollout batch (None = strictly on-policy).
       sequence_is: GSPO-style sequence-level geometric-mean ratio instead of token-level IS (ablation).
+      norm_length: a constant L in place of each rollout's 1/|o_i| in the loss (Dr. GRPO's normalisation,
+        ablation; None = the write-up's per-rollout token mean); token-level IS only.
     Answer matching (r_base for QA, searchjax.rewards.answers):
       answer_rel_tol, answer_abs_tol: numeric answers also match within max(rel·|gold|, abs) (besides
         agreeing at the gold's stated precision).
@@ -62,6 +64,7 @@ class RewardConfig:
     is_cap: float | None = None
     clip_eps: float | None = None
     sequence_is: bool = False
+    norm_length: int | None = None
     answer_rel_tol: float = 0.0
     answer_abs_tol: float = 0.0
     answer_f1_threshold: float | None = None
@@ -72,7 +75,7 @@ class RewardConfig:
         for name in nonneg:
             if getattr(self, name) < 0:
                 raise TypeError(f"RewardConfig.{name}: expected >= 0, got {getattr(self, name)}")
-        for name in ("is_cap", "clip_eps", "max_length"):
+        for name in ("is_cap", "clip_eps", "max_length", "norm_length"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise TypeError(f"RewardConfig.{name}: expected > 0 or null, got {value}")
@@ -85,6 +88,9 @@ class RewardConfig:
                             f"got {self.answer_f1_threshold}")
         if self.sequence_is and self.clip_eps is not None:
             raise TypeError("RewardConfig: sequence_is and clip_eps cannot be combined (PPO clip is token-level)")
+        if self.sequence_is and self.norm_length is not None:
+            raise TypeError("RewardConfig: sequence_is and norm_length cannot be combined (the sequence-level ratio "
+                            "has no token sum to normalise)")
         if self.aggregation not in ("gated", "linear"):
             raise TypeError(f"RewardConfig.aggregation: expected 'gated' or 'linear', got {self.aggregation!r}")
         if self.penalties not in ("anchored", "unconditional"):

@@ -53,6 +53,24 @@ def test_gradient_is_minus_r_adv_over_b_len(use_jit, batch, cap):
         assert np.all(eff[nz] / np.abs(adv[:, None] * np.ones_like(eff))[nz] <= cap * (1 + 1e-5))
 
 
+@settings(max_examples=20, deadline=None)
+@given(batch=batches(), length=st.sampled_from([1, 7, 100]))
+def test_constant_norm_length_gives_every_token_the_same_weight(batch, length):
+    """norm_length=L: ∂loss/∂log π_{i,t} = −r Â_i / (B L), whatever the rollout's length, and the loss is the
+    per-rollout mean's times |o_i| / L row by row."""
+    logp, logp_infer, adv, mask = batch
+    grad = _grad(grpo_loss, logp, logp_infer, adv, mask, norm_length=length)
+    ratio = np.exp(logp.astype(np.float64) - logp_infer)
+    n_seq = max((mask.sum(-1) > 0).sum(), 1)
+    want = np.where(mask, -ratio * adv[:, None] / (n_seq * length), 0.0)
+    np.testing.assert_allclose(grad, want, rtol=2e-5, atol=1e-7)
+    n_tok = mask.sum(-1)
+    rows = [grpo_loss(logp[i:i + 1], logp_infer[i:i + 1], adv[i:i + 1], mask[i:i + 1])[0] * n_tok[i] / length
+            for i in range(B) if n_tok[i]]
+    got = grpo_loss(logp, logp_infer, adv, mask, norm_length=length)[0]
+    np.testing.assert_allclose(got, np.sum(rows) / n_seq if rows else 0.0, rtol=1e-5, atol=1e-6)
+
+
 @settings(max_examples=30, deadline=None)
 @given(batch=batches())
 def test_value_and_metrics(batch):
@@ -153,6 +171,8 @@ def test_bad_arguments_raise():
         grpo_loss(x, x, jnp.zeros(2), x, clip_eps=0.2)
     with pytest.raises(ValueError, match="is_cap"):
         grpo_loss(x, x, jnp.zeros(2), x, is_cap=0.0)
+    with pytest.raises(ValueError, match="norm_length"):
+        grpo_loss(x, x, jnp.zeros(2), x, norm_length=0)
 
 
 def test_policy_loss_follows_the_config():
@@ -170,6 +190,7 @@ def test_policy_loss_follows_the_config():
         (RewardConfig(is_cap=1.1), grpo_loss(logp, infer, adv, mask, is_cap=1.1)),
         (RewardConfig(clip_eps=0.2), grpo_loss(logp, infer, adv, mask, clip_eps=0.2, logp_old=old)),
         (RewardConfig(sequence_is=True, is_cap=1.1), sequence_grpo_loss(logp, infer, adv, mask, is_cap=1.1)),
+        (RewardConfig(norm_length=64), grpo_loss(logp, infer, adv, mask, norm_length=64)),
     ]
     for cfg, (want, _) in cases:
         np.testing.assert_allclose(policy_loss(logp, infer, adv, mask, cfg, logp_old=old)[0], want, rtol=1e-6)

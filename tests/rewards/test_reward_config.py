@@ -17,7 +17,8 @@ def test_from_dict_overrides_and_rejects_unknown_keys():
 
 
 @pytest.mark.parametrize("bad", [{"beta_lose": -0.1}, {"is_cap": 0.0}, {"preferred_threshold": 1.5}, {"clip_eps": 1.0},
-                                 {"sequence_is": True, "clip_eps": 0.2}, {"answer_f1_threshold": 0.0}])
+                                 {"sequence_is": True, "clip_eps": 0.2}, {"answer_f1_threshold": 0.0},
+                                 {"norm_length": 0}, {"sequence_is": True, "norm_length": 64}])
 def test_invalid_values_raise_naming_the_field(bad, tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("\n".join(f"{k}: {str(v).lower()}" for k, v in bad.items()))
