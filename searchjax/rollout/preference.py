@@ -40,7 +40,7 @@ import numpy as np
 
 from searchjax.chat import load_tokenizer
 from searchjax.data.preferences import as_messages, encode_prompt_response
-from searchjax.rewards.reward_model import RewardParams, Scorer, averaged_preference, load_reward_model, values
+from searchjax.rewards.reward_model import RewardParams, Scorer, averaged_preference, load_reward_model
 from searchjax.search.http import HttpBackend, SearchHTTPServer, _BadRequest, _Handler, _Transient
 
 DEFAULT_PORT = 8766
@@ -93,9 +93,7 @@ class PreferenceScorer:
 
     def _both_orders(self, params, tokens, lengths, swap, mask=None):
         """(P̄, Δ(x, a, b), Δ(x, b, a)) [P] from rows [first rows of the P pairs; their second rows]."""
-        v, lik = values(params, tokens, lengths, self.scorer.cfg, mask=mask, parts=True)
-        n = tokens.shape[0] // 2
-        first, second = self.scorer.combine(v[:n], v[n:], lik[:n], lik[n:])
+        first, second = self.scorer.row_deltas(params, tokens, lengths, mask)
         d_ab, d_ba = jnp.where(swap, second, first), jnp.where(swap, first, second)
         return averaged_preference(d_ab, d_ba), d_ab, d_ba
 

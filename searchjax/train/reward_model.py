@@ -60,7 +60,6 @@ from searchjax.rewards.reward_model import (
     read_scorer,
     reward_param_shardings,
     save_reward_model,
-    values,
 )
 from searchjax.train.causal import start_model
 from searchjax.train.config import TrainConfig
@@ -144,11 +143,10 @@ def pair_deltas(params, scorer: Scorer, tokens: jax.Array, lengths: jax.Array, m
     """((Δ(x, a, b), Δ(x, b, a)) [B], router aux loss) of a batch of pairs: tokens [B, 2, W], lengths [B, 2],
     mask [B, 2, W] (the assistant tokens; needed by the likelihood term only)."""
     b, _, w = tokens.shape
-    flat_mask = None if mask is None else mask.reshape(2 * b, w)
-    (v, lik), aux = values(params, tokens.reshape(2 * b, w), lengths.reshape(2 * b), scorer.cfg, mask=flat_mask,
-                           remat=remat, return_aux=True, parts=True)
-    v, lik = v.reshape(b, 2), lik.reshape(b, 2)
-    return scorer.combine(v[:, 0], v[:, 1], lik[:, 0], lik[:, 1]), aux["router_aux_loss"]
+    rows = lambda x: jnp.swapaxes(x, 0, 1).reshape(2 * b, *x.shape[2:])  # noqa: E731  [B, 2, ...] -> firsts, seconds
+    d, aux = scorer.row_deltas(params, rows(tokens), rows(lengths), None if mask is None else rows(mask),
+                               remat=remat, return_aux=True)
+    return d, aux["router_aux_loss"]
 
 
 @jax.custom_vjp

@@ -174,7 +174,7 @@ class ReferenceCache:
 
 
 def opened_turn_mask(ids: Sequence[int], mask: Sequence[int], gen: Sequence[int], opened: int) -> list[int]:
-    """`mask` (a rollout's loss mask over `ids`) with the last `opened` tokens of every occurrence of the generation
+    r"""`mask` (a rollout's loss mask over `ids`) with the last `opened` tokens of every occurrence of the generation
     prompt `gen` in `ids` set to 1.
 
     The driver appends the generation prompt "<|im_start|>assistant\n<think>\n" before each turn, so a rollout's
@@ -190,7 +190,7 @@ def opened_turn_mask(ids: Sequence[int], mask: Sequence[int], gen: Sequence[int]
 
 
 class PreferenceInputs:
-    """Token-id triples (x, a, b) for the reward model from rollout records, in the layout the reward model was
+    r"""Token-id triples (x, a, b) for the reward model from rollout records, in the layout the reward model was
     trained on (`searchjax.data.preferences.encode_prompt_response`): x is the prompt rendered without the tool
     schema, through its last <|im_end|>\n; a and b are the generation prompt followed by everything the rollout
     appended after its prompt (its turns, tool calls and tool responses, token for token). With masks, each
