@@ -310,6 +310,36 @@ def test_grpo_with_routing_replay_runs_and_keeps_the_canary(rl_workspace, tmp_pa
         assert 0 <= row["rollout_corr/route_mismatch"] <= 1
 
 
+@pytest.mark.slow
+def test_grpo_snr_tool_builds_the_run_and_reports_every_variant(rl_workspace, tmp_path):
+    """tools/grpo_snr.py end to end on the tiny preset: 3 batches as the loop draws them, the gradient of each
+    advantage variant at the start weights, the Gram statistics; --rollouts-only skips the gradients."""
+    tool = Path(__file__).resolve().parents[2] / "tools" / "grpo_snr.py"
+    ws = rl_workspace
+    base = [sys.executable, str(tool), "--config", str(CONFIG), "--policy", str(ws["model"]),
+            "--reference", str(ws["model"]), "--reward-model", str(ws["rm"]), "--prompts", str(ws["qa"]),
+            "--index", str(ws["root"] / "index"), "--batches", "3"]
+    extra = ["rollout.temperature=0.7", "rollout.max_new_tokens=64"]
+    r = subprocess.run([*base, "--out", str(tmp_path / "snr.json"), *extra], capture_output=True, text=True,
+                       env=_env(), timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads((tmp_path / "snr.json").read_text())
+    cfg = load_train_config(GRPOConfig, CONFIG, [])
+    assert rep["rollouts_per_batch"] == cfg.batch_size * cfg.rollout.group_size
+    assert [b["groups"] for b in rep["per_batch"]] == [cfg.batch_size] * 3
+    assert all(0 <= b["mixed_groups"] <= b["groups"] for b in rep["per_batch"])
+    assert rep["parameters"] > 0 and set(rep["variants"]) == {"R", "R_nostd", "r_base", "pen"}
+    for v in rep["variants"].values():
+        assert v["signal2"] + v["noise2"] >= 0 and v["signal2_se"] >= 0
+    assert set(rep["signal_corr"]) == {"R~R_nostd", "R~r_base", "R~pen", "R_nostd~r_base", "R_nostd~pen",
+                                       "r_base~pen"}
+    r = subprocess.run([*base, "--rollouts-only", *extra], capture_output=True, text=True, env=_env(), timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    only = json.loads(r.stdout[r.stdout.index("{\n"):])
+    assert "variants" not in only and only["groups"] == 3 * cfg.batch_size
+    assert only["per_batch"] == [{**b, "s": o["s"]} for b, o in zip(rep["per_batch"], only["per_batch"])]
+
+
 def _committed(run: Path, step: int) -> bool:
     return (run / "checkpoints" / str(step) / "meta").exists()
 
