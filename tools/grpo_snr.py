@@ -1,10 +1,10 @@
 """GRPO gradient signal-to-noise: how much of one step's policy gradient is signal, at fixed weights.
 
 Builds a GRPO run exactly as `searchjax train grpo` does (searchjax.train.grpo.prepare_grpo) and, without any
-update, draws `--batches` independent rollout batches as the loop would (its prompts, reference rollouts, policy
-rollouts with the loop's keys, rewards and reward model). For each batch k and each advantage variant v it computes
-the policy-gradient g_k^v = ∇θ L_GRPO at the start weights (the configured loss, router aux term off), where v is
-the group-relative advantage of
+update, draws `--batches` independent rollout batches through the loop's own `GRPOLoop.collect` (its prompts,
+reference rollouts, policy rollouts and rewards, with its keys). For each batch k and each advantage variant v it
+computes the policy gradient g_k^v = ∇θ L_GRPO at the start weights (the configured loss, router aux term off),
+where v is the group-relative advantage of
 
     R          the configured reward (r_base · s − pen_eff), normalised as configured (rewards.normalize_std)
     R_nostd    the same reward, centred only (Dr. GRPO's advantage)
@@ -82,7 +82,6 @@ def main() -> None:
 
     from searchjax.cli.common import open_search_backend
     from searchjax.losses.advantages import group_advantages
-    from searchjax.rollout.records import group_records
     from searchjax.train.config import load_train_config
     from searchjax.train.grpo import GRPOConfig, prepare_grpo, with_prompts
     from searchjax.train.rl import grpo_loss_fn, train_arrays
@@ -103,10 +102,7 @@ def main() -> None:
         for t in range(args.batches):
             t0 = time.perf_counter()
             prompts = loop.prompts(next(loop.iterator))
-            loop.references(prompts)
-            records = loop.actors.policy.rollouts([q.item for q in prompts], g, loop.rollout_key(t))
-            groups = group_records(records, g, [q.prompt_id for q in prompts])
-            br, r_base, _ = loop.rewards_of(prompts, groups, jax.random.fold_in(loop.root_key, 1000 + t))
+            groups, br, r_base, _, _ = loop.collect(prompts, t)
             mask = jnp.asarray(br.mask)
             norm = dict(normalize_std=rc.normalize_std, eps=rc.adv_eps)
             adv = {} if args.rollouts_only else {
@@ -128,8 +124,8 @@ def main() -> None:
     rollouts = cfg.batch_size * g
     mixed = sum(r["mixed_groups"] for r in rows)
     summary = {"config": args.config, "overrides": args.overrides, "batches": args.batches,
-               "rollouts_per_batch": rollouts, "per_batch": rows,
-               "r_base": float(np.mean([r["r_base"] for r in rows])), "mixed_groups": mixed, "groups": sum(r["groups"] for r in rows)}
+               "rollouts_per_batch": rollouts, "per_batch": rows, "r_base": float(np.mean([r["r_base"] for r in rows])),
+               "mixed_groups": mixed, "groups": sum(r["groups"] for r in rows)}
     if args.rollouts_only:
         return _write(summary, args.out)
     mats = {v: np.stack(grads[v]).astype(np.float64) for v in VARIANTS}

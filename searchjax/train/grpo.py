@@ -386,12 +386,10 @@ class GRPOLoop:
                                compute_dtype=cfg.compute_dtype, lr_fn=self.lr_fn,
                                state_shardings=jax.tree.map(lambda x: x.sharding, state), mesh=self.mesh)
 
-    def step(self, state, step_fn, t: int) -> tuple[Any, dict[str, float]]:
-        """Rollout batch t (0-based) → one training step's worth of updates; returns (state, metrics)."""
+    def collect(self, prompts: list[RLPrompt], t: int) -> tuple[Any, Any, np.ndarray, int, dict[str, float]]:
+        """Rollout batch t's (0-based) reference rollouts (new prompts only), policy rollouts and rewards:
+        (groups, reward breakdown, r_base [N, G], how many prompts were new to the reference cache, timing_s/*)."""
         cfg, timing = self.cfg, {}
-        prompts = self.prompts(next(self.iterator))
-        key = jax.random.fold_in(self.root_key, t + 1)
-
         t0 = time.perf_counter()
         new = self.references(prompts)
         timing["timing_s/reference"] = time.perf_counter() - t0
@@ -401,13 +399,22 @@ class GRPOLoop:
                                               self.rollout_key(t))
         timing["timing_s/rollout"] = time.perf_counter() - t0
         groups = group_records(records, cfg.rollout.group_size, [p.prompt_id for p in prompts])
-        tokens = sum(r.response_length for r in records)
         if jax.process_count() > 1:
             check_replicated(groups.flat(), t)
 
         t0 = time.perf_counter()
+        key = jax.random.fold_in(self.root_key, t + 1)  # the step's key; the train step takes fold_in(key, 2)
         out, r_base, _ = self.rewards_of(prompts, groups, jax.random.fold_in(key, 1))
         timing["timing_s/reward"] = time.perf_counter() - t0
+        return groups, out, r_base, new, timing
+
+    def step(self, state, step_fn, t: int) -> tuple[Any, dict[str, float]]:
+        """Rollout batch t (0-based) → one training step's worth of updates; returns (state, metrics)."""
+        cfg = self.cfg
+        prompts = self.prompts(next(self.iterator))
+        key = jax.random.fold_in(self.root_key, t + 1)
+        groups, out, r_base, new, timing = self.collect(prompts, t)
+        tokens = sum(r.response_length for r in groups.flat())
 
         t0 = time.perf_counter()
         arrays = train_arrays(groups.flat(), np.asarray(out.advantages).reshape(-1), pad_id=self.pad_id,
