@@ -60,7 +60,9 @@ QA_SHARE = 0.9  # RECIPE.md §3.3: 90% verifiable QA, 10% rubric chat
 class RolloutSettings:
     """How rollouts are sampled and served.
 
-    group_size: G rollouts per prompt (and G paired reference rollouts). budget: search_web calls per rollout;
+    group_size: G rollouts per prompt. reference: "paired" (the write-up: G reference rollouts per prompt, rollout
+    i compared with reference rollout i) or "shared" (RECIPE.md §4's cheaper switch: one reference rollout per
+    prompt that the whole group is compared with; b_win = b_lose = L_ref). budget: search_web calls per rollout;
     max_new_tokens: policy tokens per rollout over all turns; max_results: results a search shows (as the SFT
     data showed). temperature: the sampler's T, also applied in the trainer's log π. top_p / top_k must stay
     off (1.0 / 0): the trainer would have to apply the same truncation to its log π, and a truncated
@@ -74,6 +76,7 @@ class RolloutSettings:
     """
 
     group_size: int = 4
+    reference: Literal["paired", "shared"] = "paired"
     budget: int = 5
     max_new_tokens: int = 512
     max_results: int = 3
@@ -311,7 +314,8 @@ class GRPOLoop:
         jax.block_until_ready(driver.params)
 
     def references(self, prompts: list[RLPrompt]) -> int:
-        """Roll out and cache the reference rollouts of the prompts not cached yet; returns how many prompts."""
+        """Roll out and cache the reference rollouts (G paired, or one shared) of the prompts not cached yet;
+        returns how many prompts."""
         new, seen = [], set()
         for p in prompts:
             if p.prompt_id not in self.cache and p.prompt_id not in seen:
@@ -320,7 +324,7 @@ class GRPOLoop:
         if new:
             records = self.actors.reference.rollouts(
                 [p.item for p in new], self.cfg.rollout.group_size, self.ref_key, REFERENCE,
-                item_keys=[prompt_key(self.ref_key, p.prompt_id) for p in new], paired=True)
+                item_keys=[prompt_key(self.ref_key, p.prompt_id) for p in new], paired=not self.cache.shared)
             self.cache.add_records(records)
         return len(new)
 
@@ -434,6 +438,7 @@ class GRPOLoop:
         m["weights/version"] = float(self.actors.policy.driver.version)
         m["engine/traces"] = float(sum(self.actors.engine.trace_counts.values()))
         m["reference/new_prompts"] = float(new)
+        m["reference/new_rollouts"] = float(new * self.cache.per_prompt)
         m["reference/cached_prompts"] = float(len(self.cache))
         m["data/width"] = float(arrays["input_ids"].shape[1])
         return state, m
@@ -549,7 +554,7 @@ def prepare_grpo(cfg: GRPOConfig, policy: str | Path, reference: str | Path, rew
     start = start_model(policy, mesh)
     run = prepare_run_dir(out, "grpo", cfg, overwrite)
     iterator = prompt_iterator(cfg, records)
-    cache = ReferenceCache(cfg.rollout.group_size)
+    cache = ReferenceCache(cfg.rollout.group_size, shared=cfg.rollout.reference == "shared")
     tx = make_optimizer(cfg.optim, cfg.steps * cfg.minibatches)
     ckpt = Checkpointer(run.checkpoints, cfg.checkpoint)
     meta = {"stage": "grpo", "config": to_dict(cfg), "process_count": jax.process_count(),
@@ -559,6 +564,10 @@ def prepare_grpo(cfg: GRPOConfig, policy: str | Path, reference: str | Path, rew
     if restored is not None:
         begin, state, saved = restored
         cache = ReferenceCache.from_json(saved["reference_cache"])
+        if cache.shared != (cfg.rollout.reference == "shared") or cache.group_size != cfg.rollout.group_size:
+            raise ConfigError(f"grpo: {run.root}'s checkpoint holds a reference cache of G = {cache.group_size}, "
+                              f"{'shared' if cache.shared else 'paired'}; the config asks for G = "
+                              f"{cfg.rollout.group_size}, {cfg.rollout.reference} (start with --overwrite)")
         print(f"grpo: resuming {run.root} from step {begin} ({len(cache)} cached reference prompts)", flush=True)
     else:
         begin, state = 0, create_state(start.load(), tx, cfg.seed, mesh, start.shardings)

@@ -9,7 +9,8 @@ Base reward by data kind (r_base ∈ {0, 1}):
 A rollout cut short (max_tokens, context, budget) has no final answer and gets r_base = 0.
 
 Reference rollouts (RECIPE.md §4 decision): G per prompt from the frozen reference policy, paired with the
-policy's by index, generated once per prompt id and cached (`ReferenceCache`; saved in every checkpoint). Their
+policy's by index, generated once per prompt id and cached (`ReferenceCache`; saved in every checkpoint); or,
+with the cheaper switch (`rollout.reference: shared`), one per prompt that the whole group is compared with. Their
 keys derive from the prompt id, not from the prompt's place in a batch.
 
 Training batch of one rollout batch, B = N·G rows in row-major group order (row n·G + i = rollout i of prompt n):
@@ -123,10 +124,17 @@ class ReferenceRollout:
 
 class ReferenceCache:
     """prompt id → its G reference rollouts (index i pairs with the policy's rollout i). JSON-able for the
-    checkpoint metadata (`to_json` / `from_json`)."""
+    checkpoint metadata (`to_json` / `from_json`).
 
-    def __init__(self, group_size: int, entries: Mapping[str, Sequence[ReferenceRollout]] | None = None):
-        self.group_size = group_size
+    shared=True (RECIPE.md §4, the cheaper switch): one reference rollout per prompt (a record with group_index
+    −1), which every policy rollout of the group is compared with: `cache[pid]` returns it G times, so
+    s_i = P̄(x, y_i, y_ref) and every L_j^ref = L_ref, which makes b_win = b_lose = L_ref and L^cmp = L_ref.
+    """
+
+    def __init__(self, group_size: int, entries: Mapping[str, Sequence[ReferenceRollout]] | None = None,
+                 shared: bool = False):
+        self.group_size, self.shared = group_size, shared
+        self.per_prompt = 1 if shared else group_size
         self.entries: dict[str, tuple[ReferenceRollout, ...]] = {}
         for pid, refs in (entries or {}).items():
             self.put(pid, refs)
@@ -138,29 +146,35 @@ class ReferenceCache:
         return len(self.entries)
 
     def __getitem__(self, prompt_id: str) -> tuple[ReferenceRollout, ...]:
-        return self.entries[prompt_id]
+        """The G references of the prompt's group, by policy index (the shared one G times)."""
+        refs = self.entries[prompt_id]
+        return refs * self.group_size if self.shared else refs
 
     def put(self, prompt_id: str, refs: Sequence[ReferenceRollout]) -> None:
-        if len(refs) != self.group_size:
+        if len(refs) != self.per_prompt:
+            what = "shared: 1" if self.shared else f"G = {self.group_size}"
             raise ValueError(f"reference cache: {len(refs)} reference rollouts for {prompt_id!r}, expected "
-                             f"G = {self.group_size}")
+                             f"{what}")
         self.entries[prompt_id] = tuple(refs)
 
     def add_records(self, records: Sequence[RolloutRecord]) -> None:
-        """Cache reference records (group_index 0..G−1 of each prompt, any order)."""
+        """Cache reference records: group_index 0..G−1 of each prompt, any order (paired), or one record with
+        group_index −1 per prompt (shared)."""
+        lo, hi = (-1, 0) if self.shared else (0, self.group_size)
         by_prompt: dict[str, dict[int, RolloutRecord]] = {}
         for r in records:
-            if not 0 <= r.group_index < self.group_size or r.group_index in by_prompt.get(r.prompt_id, {}):
-                raise ValueError(f"reference cache: record {r.prompt_id}/{r.group_index} is not a new paired "
-                                 f"reference rollout (group_index in [0, {self.group_size}))")
+            if not lo <= r.group_index < hi or r.group_index in by_prompt.get(r.prompt_id, {}):
+                what = "shared reference rollout (group_index -1)" if self.shared else \
+                    f"paired reference rollout (group_index in [0, {self.group_size}))"
+                raise ValueError(f"reference cache: record {r.prompt_id}/{r.group_index} is not a new {what}")
             by_prompt.setdefault(r.prompt_id, {})[r.group_index] = r
         for pid, rows in by_prompt.items():
-            if len(rows) != self.group_size:
-                raise ValueError(f"reference cache: prompt {pid!r} has {len(rows)} of {self.group_size} rollouts")
-            self.put(pid, [ReferenceRollout.of(rows[i]) for i in range(self.group_size)])
+            if len(rows) != self.per_prompt:
+                raise ValueError(f"reference cache: prompt {pid!r} has {len(rows)} of {self.per_prompt} rollouts")
+            self.put(pid, [ReferenceRollout.of(rows[i]) for i in sorted(rows)])
 
     def to_json(self) -> dict[str, Any]:
-        return {"group_size": self.group_size,
+        return {"group_size": self.group_size, "shared": self.shared,
                 "entries": {pid: [[list(r.response), r.length, r.answer, None if r.mask is None else list(r.mask)]
                                   for r in refs]
                             for pid, refs in self.entries.items()}}
@@ -170,7 +184,7 @@ class ReferenceCache:
         entries = {pid: [ReferenceRollout(tuple(e[0]), int(e[1]), str(e[2]),
                                           None if len(e) < 4 or e[3] is None else tuple(e[3])) for e in refs]
                    for pid, refs in data["entries"].items()}
-        return cls(int(data["group_size"]), entries)
+        return cls(int(data["group_size"]), entries, shared=bool(data.get("shared", False)))
 
 
 def opened_turn_mask(ids: Sequence[int], mask: Sequence[int], gen: Sequence[int], opened: int) -> list[int]:

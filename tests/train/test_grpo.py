@@ -80,6 +80,23 @@ def test_reference_cache_pairs_by_index_and_round_trips():
         ReferenceCache(2).add_records([_record(prompt_id="q2")])
 
 
+def test_shared_reference_cache_gives_the_group_one_reference():
+    """rollout.reference=shared: one record (group_index −1) per prompt, returned for every index i, so every
+    L_j^ref of the group is L_ref (b_win = b_lose = L_ref); paired records are refused, and the flag survives JSON."""
+    cache = ReferenceCache(3, shared=True)
+    cache.add_records([_record("a", index=-1, tokens=(5, 6, 1, 2))])
+    assert [r.answer for r in cache["q1"]] == ["a"] * 3 and {r.length for r in cache["q1"]} == {2}
+    again = ReferenceCache.from_json(json.loads(json.dumps(cache.to_json())))
+    assert again.shared and again["q1"] == cache["q1"] and len(again.entries["q1"]) == 1
+    with pytest.raises(ValueError, match="shared reference rollout"):
+        ReferenceCache(3, shared=True).add_records([_record(prompt_id="q2", index=0)])
+    with pytest.raises(ValueError, match="paired reference rollout"):
+        ReferenceCache(3).add_records([_record(prompt_id="q2", index=-1)])
+    with pytest.raises(ValueError, match="expected shared: 1"):
+        ReferenceCache(3, {"q": cache["q1"]}, shared=True)
+    assert not ReferenceCache.from_json({"group_size": 1, "entries": {}}).shared  # caches saved before the switch
+
+
 def test_train_arrays_shift_tokens_mask_and_logprobs():
     rec = _record(tokens=(5, 6, 7, 8), prompt_length=2, logprobs=[0.0, 0.0, -0.1, -0.2])
     arr = train_arrays([rec, _record(tokens=(5, 6, 7))], np.asarray([1.5, -1.5]), pad_id=0, buckets=(4, 8))
@@ -285,7 +302,7 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
     assert any(abs(r["reward/preference"] - 0.5) > 1e-4 for r in rows), [r["reward/preference"] for r in rows]
     # Steps 2 and 3 reuse the engine: sync after every step, and rollouts of new prompts, compile nothing new
     # beyond the prefill shapes a new prompt length may need.
-    assert rows[0]["reference/new_prompts"] == 4
+    assert rows[0]["reference/new_prompts"] == 4 and rows[0]["reference/new_rollouts"] == 16  # G paired each
     assert rows[-1]["reference/cached_prompts"] >= 4
     from searchjax.model import load_hf
 
@@ -295,19 +312,34 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
     assert summary["stage"] == "grpo" and summary["steps"] == 3
 
 
-@pytest.mark.slow
-def test_grpo_with_routing_replay_runs_and_keeps_the_canary(rl_workspace, tmp_path):
-    """rollout.routing_replay=true end to end: the engine's recorded routes reach the trainer's forward."""
-    out = tmp_path / "replay"
+def _two_steps(ws, out, *extra) -> list[dict]:
+    """The metrics of a two-step GRPO run (RUN_ARGS otherwise) with the extra overrides."""
     args = [a for a in RUN_ARGS if not a.startswith(("steps=", "save_every="))]
-    r = subprocess.run(_cmd(rl_workspace, out, *args, "steps=2", "save_every=0", "rollout.routing_replay=true"),
+    r = subprocess.run(_cmd(ws, out, *args, "steps=2", "save_every=0", *extra),
                        capture_output=True, text=True, env=_env(), timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = read_metrics(out)
     assert [row["step"] for row in rows] == [1, 2]
-    for row in rows:
+    return rows
+
+
+@pytest.mark.slow
+def test_grpo_with_routing_replay_runs_and_keeps_the_canary(rl_workspace, tmp_path):
+    """rollout.routing_replay=true end to end: the engine's recorded routes reach the trainer's forward."""
+    for row in _two_steps(rl_workspace, tmp_path / "replay", "rollout.routing_replay=true"):
         assert row["canary/logp_abs_diff_max"] <= 1e-4 and row["canary/logp_abs_diff_max_same_routes"] <= 1e-4
         assert 0 <= row["rollout_corr/route_mismatch"] <= 1
+
+
+@pytest.mark.slow
+def test_grpo_with_one_shared_reference_per_prompt(rl_workspace, tmp_path):
+    """rollout.reference=shared end to end: one reference rollout per new prompt instead of G, and the step's
+    rewards, loss and canary as with paired references."""
+    rows = _two_steps(rl_workspace, tmp_path / "shared", "rollout.reference=shared")
+    assert rows[0]["reference/new_rollouts"] == rows[0]["reference/new_prompts"] == 4
+    for row in rows:
+        assert row["canary/logp_abs_diff_max"] <= 1e-4 and row["grad_norm"] > 0
+        assert all(np.isfinite(row[k]) for k in ("reward/score/mean", "penalty/length", "ref_length"))
 
 
 @pytest.mark.slow
