@@ -54,6 +54,21 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return lo, hi
 
 
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """The exact two-sided McNemar test of two models graded on the same questions: under H0 (equal accuracy) each
+    discordant question (right for one model only) is A's with probability ½, so with n = a_only + b_only
+
+        p = min(1, 2 · P(X ≤ min(a_only, b_only))),  X ~ Binomial(n, ½);   p = 1 when n = 0.
+
+    The questions both models get right or both get wrong carry no information about which is better.
+    """
+    if a_only < 0 or b_only < 0:
+        raise ValueError(f"mcnemar_exact: counts must be >= 0, got {a_only}, {b_only}")
+    n = a_only + b_only
+    tail = sum(math.comb(n, k) for k in range(min(a_only, b_only) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
 def _groups(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:

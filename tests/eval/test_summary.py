@@ -12,7 +12,8 @@ from matplotlib.image import imread
 from searchjax.eval.calls import CATEGORIES
 from searchjax.eval.cost import ModelPrice
 from searchjax.eval.plots import COLORS, cost_accuracy_figure, tool_efficiency_figure, write_figures
-from searchjax.eval.summary import CSV_COLUMNS, internal_metrics, summary_csv, summary_rows, wilson_interval
+from searchjax.eval.summary import (CSV_COLUMNS, internal_metrics, mcnemar_exact, summary_csv, summary_rows,
+                                    wilson_interval)
 
 PRICE = ModelPrice(input=1.0, output=4.0)
 
@@ -35,6 +36,20 @@ def test_wilson_interval_matches_the_closed_form():
         assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
     with pytest.raises(ValueError):
         wilson_interval(3, 2)
+
+
+def test_mcnemar_exact_matches_the_binomial_tail():
+    # 6 vs 8 discordant: 2 · P(Bin(14, ½) ≤ 6) = 2 · 6476 / 16384
+    assert mcnemar_exact(6, 8) == pytest.approx(2 * 6476 / 2 ** 14)
+    assert mcnemar_exact(0, 5) == pytest.approx(2 / 32) and mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(7, 7) == 1.0
+    for a in range(12):
+        for b in range(12):
+            p = mcnemar_exact(a, b)
+            assert 0 < p <= 1 and p == mcnemar_exact(b, a)
+            if a < b:  # one more discordant question for the side already ahead: stronger evidence
+                assert mcnemar_exact(a, b + 1) < p
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
 
 
 def test_summary_csv_has_the_columns_and_one_row_per_model_and_budget():
