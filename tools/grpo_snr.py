@@ -83,7 +83,7 @@ def main() -> None:
     from searchjax.cli.common import open_search_backend
     from searchjax.losses.advantages import group_advantages
     from searchjax.train.config import load_train_config
-    from searchjax.train.grpo import GRPOConfig, prepare_grpo, with_prompts
+    from searchjax.train.grpo import GRPOConfig, mixed_groups, prepare_grpo, with_prompts
     from searchjax.train.rl import grpo_loss_fn, train_arrays
     from searchjax.train.step import device_batch
 
@@ -115,9 +115,8 @@ def main() -> None:
                                       buckets=cfg.data.buckets)
                 flat, _ = ravel_pytree(grad_fn(params, device_batch(arrays, loop.mesh)))
                 grads[v].append(np.asarray(flat, np.float32))
-            correct = np.asarray(r_base)
-            mixed = int(np.sum((correct.max(axis=1) > 0.5) & (correct.min(axis=1) < 0.5)))
-            rows.append({"batch": t + 1, "r_base": float(correct.mean()), "mixed_groups": mixed,
+            rows.append({"batch": t + 1, "r_base": float(np.mean(r_base)),
+                         "mixed_groups": int(mixed_groups(r_base).sum()),
                          "groups": len(prompts), "s": round(time.perf_counter() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
         p.checkpointer.close()

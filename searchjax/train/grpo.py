@@ -245,8 +245,17 @@ def _summary(values: np.ndarray, name: str) -> dict[str, float]:
     return {f"{name}/mean": float(values.mean()), f"{name}/std": float(values.std())}
 
 
+def mixed_groups(r_base: np.ndarray) -> np.ndarray:
+    """[N] bool: the groups of an [N, G] r_base with some rollouts right and some wrong, the only groups whose r_base
+    advantage is not 0 (all right or all wrong, r_base − mean is 0 for every rollout)."""
+    correct = np.asarray(r_base) > 0.5
+    return correct.any(axis=-1) & ~correct.all(axis=-1)
+
+
 def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, out) -> dict[str, float]:
-    """Host-side metrics of one rollout batch (names as in the module of the issue: reward/…, penalty/…)."""
+    """Host-side metrics of one rollout batch (names as in the module of the issue: reward/…, penalty/…).
+    reward/frac_mixed_groups: the share of groups with mixed r_base (`mixed_groups`); reward/base_qa_hops{h}: r_base
+    of the batch's QA prompts of h hops (present when the batch has some; `data synth-qa` rows carry `hops`)."""
     flat = groups.flat()
     m = {**_summary(np.asarray(out.reward), "reward/score"),
          "reward/base": float(r_base.mean()), "reward/preference": float(np.asarray(out.preference).mean()),
@@ -258,6 +267,13 @@ def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, 
         rows = [n for n, p in enumerate(prompts) if p.kind == kind]
         if rows:
             m[f"reward/base_{kind}"] = float(r_base[rows].mean())
+    hops = collections.defaultdict(list)
+    for n, p in enumerate(prompts):
+        if p.kind == "qa" and isinstance(p.record.get("hops"), int):
+            hops[p.record["hops"]].append(n)
+    for h, rows in sorted(hops.items()):
+        m[f"reward/base_qa_hops{h}"] = float(r_base[rows].mean())
+    m["reward/frac_mixed_groups"] = float(mixed_groups(r_base).mean())
     reward = np.asarray(out.reward)
     m["reward/frac_zero_std_groups"] = float((reward.std(axis=-1) <= 1e-6).mean())
     m["response_length"] = float(np.mean([r.response_length for r in flat]))

@@ -24,7 +24,7 @@ from searchjax.rewards.config import RewardConfig
 from searchjax.rewards.rubrics import RuleJudge
 from searchjax.rollout.records import RolloutRecord
 from searchjax.train.config import load_train_config
-from searchjax.train.grpo import GRPOConfig, prompt_sources
+from searchjax.train.grpo import GRPOConfig, mixed_groups, prompt_sources
 from searchjax.train.rl import (ReferenceCache, RLPrompt, base_reward, grpo_loss_fn, old_logprobs_fn,
                                 train_arrays, width_bucket)
 from tests.train.conftest import read_metrics
@@ -95,6 +95,11 @@ def test_shared_reference_cache_gives_the_group_one_reference():
     with pytest.raises(ValueError, match="expected shared: 1"):
         ReferenceCache(3, {"q": cache["q1"]}, shared=True)
     assert not ReferenceCache.from_json({"group_size": 1, "entries": {}}).shared  # caches saved before the switch
+
+
+def test_mixed_groups_are_those_with_some_right_and_some_wrong():
+    r_base = np.asarray([[1, 0, 0], [1, 1, 1], [0, 0, 0], [0, 0, 1]], np.float32)
+    assert mixed_groups(r_base).tolist() == [True, False, False, True]
 
 
 def test_train_arrays_shift_tokens_mask_and_logprobs():
@@ -283,7 +288,7 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
     assert [r["step"] for r in rows] == [1, 2, 3]
     names = ("reward/score/mean", "reward/score/std", "reward/base", "reward/base_qa", "reward/preference",
              "penalty/tool", "penalty/length", "penalty/eff", "advantages/mean", "advantages/std",
-             "reward/frac_zero_std_groups", "response_length", "ref_length", "tool_calls", "failed_calls",
+             "reward/frac_zero_std_groups", "reward/frac_mixed_groups", "response_length", "ref_length", "tool_calls", "failed_calls",
              "finish_reason/answer", "rollout_corr/kl", "rollout_corr/is_mean", "rollout_corr/is_max",
              "rollout_corr/frac_truncated", "rollout_corr/ess", "canary/logp_abs_diff_mean",
              "canary/logp_abs_diff_max", "canary/logp_abs_diff_max_same_routes", "rollout_corr/route_mismatch",
@@ -293,6 +298,8 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
     for row in rows:
         missing = [n for n in names if n not in row]
         assert not missing, missing
+        # The tiny world's questions carry their hop count: r_base of each count present in the batch.
+        assert any(k.startswith("reward/base_qa_hops") for k in row), sorted(row)
         # The trainer's log π (temperature 0.7 in the chunked path) against the sampler's recorded log μ.
         assert row["canary/logp_abs_diff_max"] <= 1e-4, row["canary/logp_abs_diff_max"]
         assert abs(row["rollout_corr/kl"]) <= 1e-3
