@@ -118,12 +118,15 @@ class RLData:
 
     sources: QA (`data synth-qa`) and rubric (`data rubric`) JSONL files with their weights (the recipe's mix
     is 0.9 / 0.1). train_split: only rows whose `split` is this (rows without one are kept), so held-out
-    questions never reach training. judge: "rule" (offline) or "llm" (judge_url, judge_model: an
-    OpenAI-compatible endpoint) for rubric prompts. buckets: padded widths of the training batch.
+    questions never reach training. qa_hops: only QA rows whose `hops` is one of these (a curriculum: questions
+    the policy never solves give all-wrong groups, whose r_base advantage is 0; RESULTS.md, session 21); None keeps
+    every row. judge: "rule" (offline) or "llm" (judge_url, judge_model: an OpenAI-compatible endpoint) for rubric
+    prompts. buckets: padded widths of the training batch.
     """
 
     sources: tuple[SourceConfig, ...] = ()
     train_split: str | None = "train"
+    qa_hops: tuple[int, ...] | None = None
     judge: Literal["rule", "llm"] = "rule"
     judge_url: str | None = None
     judge_model: str | None = None
@@ -135,6 +138,8 @@ class RLData:
             raise TypeError(f"data.sources: GRPO prompts are kind 'qa' or 'rubric', got {bad}")
         if self.judge == "llm" and not (self.judge_url and self.judge_model):
             raise TypeError("data.judge 'llm' needs data.judge_url and data.judge_model")
+        if self.qa_hops is not None and (not self.qa_hops or min(self.qa_hops) < 1):
+            raise TypeError(f"data.qa_hops must be hop counts >= 1 (or null for all), got {list(self.qa_hops)}")
         if not self.buckets or min(self.buckets) < 2:
             raise TypeError(f"data.buckets must be widths >= 2, got {list(self.buckets)}")
 
@@ -199,8 +204,9 @@ def with_prompts(cfg: GRPOConfig, prompts: list[str] | None) -> GRPOConfig:
 
 
 def load_prompts(cfg: GRPOConfig) -> list[list[dict[str, Any]]]:
-    """Every source's rows of the training split (bad rows fail with file:line)."""
-    out = []
+    """Every source's rows of the training split, QA rows restricted to `data.qa_hops` (bad rows fail with
+    file:line; a QA row without an integer `hops` when qa_hops is set names the file and the row's id)."""
+    out, hops = [], cfg.data.qa_hops
     for src in cfg.data.sources:
         rows, _ = load_source(src)
         split = cfg.data.train_split
@@ -208,6 +214,14 @@ def load_prompts(cfg: GRPOConfig) -> list[list[dict[str, Any]]]:
         if not kept:
             raise DataError(f"grpo: {src.path}: no prompts with split {split!r} (set data.train_split: null to use "
                             "every row)")
+        if hops is not None and src.kind == "qa":
+            bad = [r.get("id") for r in kept if not isinstance(r.get("hops"), int)]
+            if bad:
+                raise DataError(f"grpo: {src.path}: data.qa_hops is set but {len(bad)} rows have no integer `hops` "
+                                f"(e.g. id {bad[0]!r}); `data synth-qa` writes it")
+            kept = [r for r in kept if r["hops"] in hops]
+            if not kept:
+                raise DataError(f"grpo: {src.path}: no {split!r} prompts with hops in {list(hops)}")
         out.append(kept)
     return out
 

@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 
 from searchjax.config import ConfigError
+from searchjax.data.jsonl import DataError
 from searchjax.rewards.aggregate import RolloutRecords, compute_rewards
 from searchjax.rewards.config import RewardConfig
 from searchjax.rewards.rubrics import RuleJudge
 from searchjax.rollout.records import RolloutRecord
 from searchjax.train.config import load_train_config
-from searchjax.train.grpo import GRPOConfig, mixed_groups, prompt_sources
+from searchjax.train.grpo import GRPOConfig, load_prompts, mixed_groups, prompt_sources, with_prompts
 from searchjax.train.rl import (ReferenceCache, RLPrompt, base_reward, grpo_loss_fn, old_logprobs_fn,
                                 train_arrays, width_bucket)
 from tests.train.conftest import read_metrics
@@ -66,6 +67,24 @@ def test_prompt_sources_detect_kinds_and_use_the_recipe_mix(tmp_path):
     sources = prompt_sources([str(qa), str(rub)])
     assert [(s.kind, s.weight) for s in sources] == [("qa", 0.9), ("rubric", pytest.approx(0.1))]
     assert [s.weight for s in prompt_sources([str(qa), str(qa)])] == [0.5, 0.5]
+
+
+def test_qa_hops_keeps_the_asked_hop_counts_and_names_rows_without_one(tmp_path):
+    qa, rub, bare = tmp_path / "qa.jsonl", tmp_path / "rub.jsonl", tmp_path / "bare.jsonl"
+    rows = [{**QA, "id": f"q{h}", "hops": h, "split": "train"} for h in (2, 3, 4, 3)]
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows + [{**QA, "id": "dev2", "hops": 2, "split": "dev"}]))
+    rub.write_text(json.dumps(RUBRIC) + "\n")
+    bare.write_text(json.dumps(QA) + "\n")
+    cfg = load_train_config(GRPOConfig, CONFIG, ["data.qa_hops=[2,3]"])
+    qa_rows, rubric_rows = load_prompts(with_prompts(cfg, [str(qa), str(rub)]))
+    assert [r["id"] for r in qa_rows] == ["q2", "q3", "q3"] and rubric_rows == [RUBRIC]  # rubric rows untouched
+    assert len(load_prompts(with_prompts(load_train_config(GRPOConfig, CONFIG), [str(qa)]))[0]) == 4
+    with pytest.raises(DataError, match="bare.jsonl: data.qa_hops is set but 1 rows have no integer `hops`"):
+        load_prompts(with_prompts(cfg, [str(bare)]))
+    with pytest.raises(DataError, match=r"no 'train' prompts with hops in \[5\]"):
+        load_prompts(with_prompts(load_train_config(GRPOConfig, CONFIG, ["data.qa_hops=[5]"]), [str(qa)]))
+    with pytest.raises(ConfigError, match="qa_hops must be hop counts >= 1"):
+        load_train_config(GRPOConfig, CONFIG, ["data.qa_hops=[0]"])
 
 
 def test_reference_cache_pairs_by_index_and_round_trips():
