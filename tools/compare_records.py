@@ -46,7 +46,8 @@ def counts(pairs: list[tuple[dict, dict]]) -> dict[str, float]:
     n = len(pairs)
     return {"n": n, "a_correct": both + a_only, "b_correct": both + b_only, "both": both, "a_only": a_only,
             "b_only": b_only, "neither": n - both - a_only - b_only,
-            "a_calls": sum(a["tool_calls"] for a, _ in pairs) / n, "b_calls": sum(b["tool_calls"] for _, b in pairs) / n,
+            "a_calls": sum(a["tool_calls"] for a, _ in pairs) / n,
+            "b_calls": sum(b["tool_calls"] for _, b in pairs) / n,
             "mcnemar_p": mcnemar_exact(a_only, b_only)}
 
 

@@ -126,13 +126,14 @@ def hf_export(model_cfg: ModelConfig, tokenizer_path: Path):
     return export
 
 
-def export_checkpoint(run_dir: str | Path, out: str | Path, step: int | None = None) -> int:
-    """Write the params of a causal-LM run's checkpoint (`step`, default the newest) as an HF checkpoint at `out`
-    (atomically; with the starting model's tokenizer.json), to evaluate or continue from an intermediate step.
-    Returns the step exported."""
+def checkpoint_params(run_dir: str | Path, step: int | None = None) -> tuple[StartModel, Any, int]:
+    """The params of a causal-LM run's checkpoint (`step`, default the newest) on the host, with the model the
+    run started from (its config, tokenizer and directory) and the step restored. A step that was not saved is
+    refused with the saved ones listed."""
+    import json
+
     import yaml
 
-    from searchjax.atomic import atomic_path
     from searchjax.train.checkpoint import Checkpointer
     from searchjax.train.config import TrainConfig, load_train_config
     from searchjax.train.optim import make_optimizer
@@ -150,18 +151,26 @@ def export_checkpoint(run_dir: str | Path, out: str | Path, step: int | None = N
     ck = Checkpointer(run.checkpoints, cfg.checkpoint)
     steps = ck.steps()
     if not steps or (step is not None and step not in steps):
+        ck.close()
         raise CheckpointError(f"{run.checkpoints}: no checkpoint {'at step ' + str(step) if step else ''} "
                               f"(saved steps: {steps})")
     step = steps[-1] if step is None else step
-    import json
-
     meta = json.loads((run.checkpoints / str(step) / "meta" / "metadata").read_text())
     mesh = run_mesh(cfg)
     start = start_model(meta["model"], mesh)
     tx = make_optimizer(cfg.optim, cfg.steps)
     state = ck.restore_state(step, abstract_state(tx, start.abstract, start.shardings, mesh))
     ck.close()
-    params = host_params(state.params)
+    return start, host_params(state.params), step
+
+
+def export_checkpoint(run_dir: str | Path, out: str | Path, step: int | None = None) -> int:
+    """Write the params of a causal-LM run's checkpoint (`step`, default the newest) as an HF checkpoint at `out`
+    (atomically; with the starting model's tokenizer.json), to evaluate or continue from an intermediate step.
+    Returns the step exported."""
+    from searchjax.atomic import atomic_path
+
+    start, params, step = checkpoint_params(run_dir, step)
     if jax.process_index() == 0:
         with atomic_path(out) as tmp:
             tmp.mkdir()

@@ -277,16 +277,12 @@ def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, 
          "penalty/length": float(np.asarray(out.length_penalty).mean()),
          "penalty/eff": float(np.asarray(out.efficiency_penalty).mean()),
          **_summary(np.asarray(out.advantages), "advantages")}
-    for kind in ("qa", "rubric"):
-        rows = [n for n, p in enumerate(prompts) if p.kind == kind]
-        if rows:
-            m[f"reward/base_{kind}"] = float(r_base[rows].mean())
-    hops = collections.defaultdict(list)
+    by = collections.defaultdict(list)  # metric name → the batch's prompts it averages r_base over
     for n, p in enumerate(prompts):
+        by[f"reward/base_{p.kind}"].append(n)
         if p.kind == "qa" and isinstance(p.record.get("hops"), int):
-            hops[p.record["hops"]].append(n)
-    for h, rows in sorted(hops.items()):
-        m[f"reward/base_qa_hops{h}"] = float(r_base[rows].mean())
+            by[f"reward/base_qa_hops{p.record['hops']}"].append(n)
+    m.update({name: float(r_base[rows].mean()) for name, rows in sorted(by.items())})
     m["reward/frac_mixed_groups"] = float(mixed_groups(r_base).mean())
     reward = np.asarray(out.reward)
     m["reward/frac_zero_std_groups"] = float((reward.std(axis=-1) <= 1e-6).mean())
@@ -593,11 +589,8 @@ def prepare_grpo(cfg: GRPOConfig, policy: str | Path, reference: str | Path, rew
         if run.resuming else None
     if restored is not None:
         begin, state, saved = restored
+        # prepare_run_dir refuses a resume whose config differs, so the cache's G and paired/shared are the config's
         cache = ReferenceCache.from_json(saved["reference_cache"])
-        if cache.shared != (cfg.rollout.reference == "shared") or cache.group_size != cfg.rollout.group_size:
-            raise ConfigError(f"grpo: {run.root}'s checkpoint holds a reference cache of G = {cache.group_size}, "
-                              f"{'shared' if cache.shared else 'paired'}; the config asks for G = "
-                              f"{cfg.rollout.group_size}, {cfg.rollout.reference} (start with --overwrite)")
         print(f"grpo: resuming {run.root} from step {begin} ({len(cache)} cached reference prompts)", flush=True)
     else:
         begin, state = 0, create_state(start.load(), tx, cfg.seed, mesh, start.shardings)

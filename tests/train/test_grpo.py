@@ -253,7 +253,8 @@ def test_policy_loss_switch_sequence_is_and_clip():
     logp, mu = jnp.asarray(rng.normal(-1, 0.1, (3, 5))), jnp.asarray(rng.normal(-1, 0.1, (3, 5)))
     adv, mask = jnp.asarray([1.0, -0.5, 0.2]), jnp.ones((3, 5), bool)
     seq = load_train_config(GRPOConfig, CONFIG, ["rewards.sequence_is=true"]).rewards
-    assert float(policy_loss(logp, mu, adv, mask, seq)[0]) == pytest.approx(float(sequence_grpo_loss(logp, mu, adv, mask)[0]))
+    expected = float(sequence_grpo_loss(logp, mu, adv, mask)[0])
+    assert float(policy_loss(logp, mu, adv, mask, seq)[0]) == pytest.approx(expected)
     clip = load_train_config(GRPOConfig, CONFIG, ["rewards.clip_eps=0.2", "minibatches=2"]).rewards
     got = policy_loss(logp, mu, adv, mask, clip, logp_old=logp)[0]
     assert float(got) == pytest.approx(float(grpo_loss(logp, mu, adv, mask)[0]), rel=1e-6)
@@ -307,7 +308,8 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
     assert [r["step"] for r in rows] == [1, 2, 3]
     names = ("reward/score/mean", "reward/score/std", "reward/base", "reward/base_qa", "reward/preference",
              "penalty/tool", "penalty/length", "penalty/eff", "advantages/mean", "advantages/std",
-             "reward/frac_zero_std_groups", "reward/frac_mixed_groups", "response_length", "ref_length", "tool_calls", "failed_calls",
+             "reward/frac_zero_std_groups", "reward/frac_mixed_groups", "response_length", "ref_length", "tool_calls",
+             "failed_calls",
              "finish_reason/answer", "rollout_corr/kl", "rollout_corr/is_mean", "rollout_corr/is_max",
              "rollout_corr/frac_truncated", "rollout_corr/ess", "canary/logp_abs_diff_mean",
              "canary/logp_abs_diff_max", "canary/logp_abs_diff_max_same_routes", "rollout_corr/route_mismatch",
@@ -396,6 +398,35 @@ def test_grpo_snr_tool_builds_the_run_and_reports_every_variant(rl_workspace, tm
     only = json.loads(r.stdout[r.stdout.index("{\n"):])
     assert "variants" not in only and only["groups"] == 3 * cfg.batch_size
     assert only["per_batch"] == [{**b, "s": o["s"]} for b, o in zip(rep["per_batch"], only["per_batch"])]
+
+
+@pytest.mark.slow
+def test_grpo_probe_tool_scores_fixed_training_prompts_at_saved_steps(rl_workspace, grpo_run, tmp_path):
+    """tools/grpo_probe.py on the tiny run: the same n training prompts with the start policy (step 0) and the
+    weights of each saved step swapped in, r_base per prompt and step, the trend; a step that was not saved is
+    refused before any rollout, naming the saved ones."""
+    tool = Path(__file__).resolve().parents[2] / "tools" / "grpo_probe.py"
+    base = [sys.executable, str(tool), "--run", str(grpo_run), "--index", str(rl_workspace["root"] / "index"),
+            "--n", "4"]
+    r = subprocess.run([*base, "--steps", "0", "9"], capture_output=True, text=True, env=_env(), timeout=600)
+    assert r.returncode != 0 and "no checkpoint at step 9" in r.stderr and "saved steps" in r.stderr, r.stderr[-2000:]
+    out, records = tmp_path / "probe.json", tmp_path / "probe.jsonl"
+    r = subprocess.run([*base, "--steps", "3", "0", "2", "--out", str(out), "--records", str(records)],
+                       capture_output=True, text=True, env=_env(), timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["steps"] == [0, 2, 3] and rep["n"] == 4 and rep["temperature"] == 0.0
+    assert rep["weights_version"] == {"0": 0, "2": 2, "3": 3}
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    train = {q["id"] for q in map(json.loads, rl_workspace["qa"].read_text().splitlines()) if q["split"] == "train"}
+    by_step = {s: [row for row in rows if row["step"] == s] for s in (0, 2, 3)}
+    assert len(rows) == 12 and len({frozenset(row["id"] for row in v) for v in by_step.values()}) == 1
+    assert {row["id"] for row in rows} <= train
+    for s, v in by_step.items():
+        assert rep["accuracy"][str(s)] == pytest.approx(np.mean([row["r_base"] for row in v]))
+        assert sum(c for c, _ in rep["accuracy_by_hops"][str(s)].values()) == sum(row["r_base"] for row in v)
+    t = rep["trend"]
+    assert t["lo"] <= t["slope"] <= t["hi"] and rep["first_vs_last"]["gained"] + rep["first_vs_last"]["lost"] <= 4
 
 
 def _committed(run: Path, step: int) -> bool:
