@@ -411,12 +411,13 @@ def test_grpo_probe_tool_scores_fixed_training_prompts_at_saved_steps(rl_workspa
     r = subprocess.run([*base, "--steps", "0", "9"], capture_output=True, text=True, env=_env(), timeout=600)
     assert r.returncode != 0 and "no checkpoint at step 9" in r.stderr and "saved steps" in r.stderr, r.stderr[-2000:]
     out, records = tmp_path / "probe.json", tmp_path / "probe.jsonl"
-    r = subprocess.run([*base, "--steps", "3", "0", "2", "--out", str(out), "--records", str(records)],
+    r = subprocess.run([*base, "--steps", "3", "0", "2", "--out", str(out), "--records", str(records), "--png",
+                        str(tmp_path / "probe.png")],
                        capture_output=True, text=True, env=_env(), timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(out.read_text())
-    assert rep["steps"] == [0, 2, 3] and rep["n"] == 4 and rep["temperature"] == 0.0
-    assert rep["weights_version"] == {"0": 0, "2": 2, "3": 3}
+    assert rep["steps"] == [0, 2, 3] and rep["n"] == 4 and rep["temperature"] == 0.0 and rep["samples"] == 1
+    assert rep["weights_version"] == {"0": 0, "2": 2, "3": 3} and (tmp_path / "probe.png").exists()
     rows = [json.loads(line) for line in records.read_text().splitlines()]
     train = {q["id"] for q in map(json.loads, rl_workspace["qa"].read_text().splitlines()) if q["split"] == "train"}
     by_step = {s: [row for row in rows if row["step"] == s] for s in (0, 2, 3)}
@@ -427,6 +428,15 @@ def test_grpo_probe_tool_scores_fixed_training_prompts_at_saved_steps(rl_workspa
         assert sum(c for c, _ in rep["accuracy_by_hops"][str(s)].values()) == sum(row["r_base"] for row in v)
     t = rep["trend"]
     assert t["lo"] <= t["slope"] <= t["hi"] and rep["first_vs_last"]["gained"] + rep["first_vs_last"]["lost"] <= 4
+    # K samples at T > 0: a prompt's outcome is the mean r_base of its K rollouts.
+    r = subprocess.run([*base[:-1], "2", "--steps", "0", "3", "--temperature", "0.7", "--samples", "3", "--out",
+                        str(out), "--records", str(records)], capture_output=True, text=True, env=_env(), timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep, rows = json.loads(out.read_text()), [json.loads(line) for line in records.read_text().splitlines()]
+    assert rep["samples"] == 3 and len(rows) == 2 * 2 * 3
+    assert sorted(row["sample"] for row in rows if row["step"] == 3) == [0, 0, 1, 1, 2, 2]
+    for s in (0, 3):
+        assert rep["accuracy"][str(s)] == pytest.approx(np.mean([row["r_base"] for row in rows if row["step"] == s]))
 
 
 def _committed(run: Path, step: int) -> bool:
