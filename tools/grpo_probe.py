@@ -146,9 +146,12 @@ def main(argv=None) -> int:
     if args.replot:
         if not args.png:
             ap.error("--replot needs --png")
-        named = [spec.partition("=") for spec in args.replot]
-        plot({name if sep else Path(name).stem: json.loads(Path(path if sep else name).read_text())
-              for name, sep, path in named}, args.png)
+        reports = {}
+        for name, sep, path in (spec.rpartition("=") for spec in args.replot):  # a label may hold "=", a path not
+            if not Path(path).is_file():
+                ap.error(f"--replot {name + sep + path}: no report file {path}")
+            reports[name if sep else Path(path).stem] = json.loads(Path(path).read_text())
+        plot(reports, args.png)
         return 0
     missing = [flag for flag, v in (("--run", args.run), ("--index", args.index), ("--steps", args.steps)) if not v]
     if missing:

@@ -83,12 +83,14 @@ def test_replot_draws_saved_reports_without_a_run(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps(a))
     (tmp_path / "b.json").write_text(json.dumps(b))
     png = tmp_path / "probes.png"
-    assert grpo_probe.main(["--replot", f"A={tmp_path / 'a.json'}", str(tmp_path / "b.json"), "--png", str(png)]) == 0
+    argv = ["--replot", f"A, T=0={tmp_path / 'a.json'}", str(tmp_path / "b.json"), "--png", str(png)]
+    assert grpo_probe.main(argv) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--replot", "a.json"], "--replot needs --png"),
+    (["--replot", "T=1=missing.json", "--png", "x.png"], "--replot T=1=missing.json: no report file missing.json"),
     (["--run", "RUN", "--steps", "0", "4"], "--index required"),
     (["--run", "RUN", "--index", "I", "--steps", "4"], "at least two distinct steps"),
 ])
