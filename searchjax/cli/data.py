@@ -235,10 +235,11 @@ def register(subparsers) -> None:
     p.add_argument("--abstention", type=int_at_least(0), default=0, help="abstention examples to add")
     p.add_argument("--results", type=int_at_least(1), default=10,
                    help="search results each call shows (1..10; the rollouts of the policy must show as many)")
-    p.add_argument("--thoughts", choices=("plain", "rewrite"), default="plain",
-                   help="the expert's thinking: plain (\"I need X, so I will search for it.\") or rewrite (each "
+    p.add_argument("--thoughts", choices=("plain", "rewrite", "found"), default="plain",
+                   help="the expert's thinking: plain (\"I need X, so I will search for it.\"), rewrite (each "
                         "turn also states the question left, with the entities found so far substituted in: "
-                        "searchjax.data.sft.rewrite_thoughts)")
+                        "searchjax.data.sft.rewrite_thoughts) or found (rewrite, after a sentence saying what the "
+                        "last search found: \"The organisation founded in 2008 is X.\")")
     p.add_argument("--index", help=INDEX_HELP + " (default: WORLD/index, built if missing)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed")
     _on_error(p)

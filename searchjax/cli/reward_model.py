@@ -76,9 +76,9 @@ def add_preferences_command(data_subparsers) -> None:
     p.add_argument("--results", type=int_at_least(1), help="search results per call in the pairs' trajectories "
                                                            "(default: the config's max_results); as the policy's "
                                                            "rollouts show them")
-    p.add_argument("--thoughts", choices=("plain", "rewrite"), help="the trajectories' thinking style, as the "
-                                                                     "SFT data's `data sft --thoughts` (default: "
-                                                                     "the config's)")
+    p.add_argument("--thoughts", choices=("plain", "rewrite", "found"),
+                   help="the trajectories' thinking style, as the SFT data's `data sft --thoughts` (default: the "
+                        "config's)")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of an LLM pairwise judge (adds judge 'llm')")
     p.add_argument("--judge-model", default="default", help="model name sent to --judge-url")
     p.add_argument("--index", help=INDEX_HELP + " (default: WORLD/index, built if missing)")

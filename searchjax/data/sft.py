@@ -38,7 +38,7 @@ from searchjax.search.tool import MAX_RESULTS
 from searchjax.search.world import KnowledgeBase
 
 TRAJECTORY_CATEGORIES = ("single_turn", "two_turn", "multi_turn")
-THOUGHT_STYLES = ("rewrite", "plain")
+THOUGHT_STYLES = ("rewrite", "found", "plain")
 
 
 def tool_call_turn(thought: str, query: str) -> dict[str, Any]:
@@ -108,7 +108,7 @@ def substitute(question: str, description: str, name: str) -> str:
     return question[:at] + name + question[at + len(description):]
 
 
-def rewrite_thoughts(question: str, trace: SearchTrace) -> tuple[list[str], str] | None:
+def rewrite_thoughts(question: str, trace: SearchTrace, *, found: bool = False) -> tuple[list[str], str] | None:
     """Thoughts that carry the question forward by substitution (the `rewrite` style of `SFTBuilder`).
 
     After hop k found the entity n_k, the question with its k-th nested description replaced by n_k is what is
@@ -121,16 +121,30 @@ def rewrite_thoughts(question: str, trace: SearchTrace) -> tuple[list[str], str]
                  Symposium."
 
     The state of a multi-hop search is then written out in every turn (which hop comes next, and when none is
-    left), instead of being kept implicitly across turns. Returns (one thought per search, the final thought),
-    or None when the question's descriptions cannot be found in its text (`nested_descriptions`).
+    left), instead of being kept implicitly across turns. With `found` (the `found` style), each turn after a
+    search first states what that search found, as the description it searched for and the name read from its
+    results, before the question left:
+
+        hop 2:  "The organisation founded in 2008 is Kystou Systems. The question is now: What is the event where
+                 the founder of Kystou Systems spoke? I need the founder of Kystou Systems, so I will search for it."
+        final:  "The event where Krawov Fuvawiath spoke is Rostem Northern Symposium. The question is now: …"
+
+    so the name is read from the results right after the phrase that says what to look for (copied from the
+    turn before), and the substitution copies it from the same thought instead of from the results. Returns (one
+    thought per search, the final thought), or None when the question's descriptions cannot be found in its text
+    (`nested_descriptions`).
     """
     descs = nested_descriptions(without_format(question))
     if descs is None or len(descs) != len(trace.found) or len(trace.calls) != len(trace.found):
         return None
     rewritten = [substitute(question, d, name) for d, name in zip(descs, trace.found)]
-    thoughts = [trace.calls[0][0]] + [f"The question is now: {q} {thought}"
-                                      for q, (thought, _, _) in zip(rewritten, trace.calls[1:])]
-    return thoughts, f"The question is now: {rewritten[-1]} So the answer is {trace.answer}."
+    stated = [""] * len(descs)
+    if found:  # hop k searched for its description with hop k-1's entity in place of the nested one
+        searched = [descs[0]] + [substitute(d, inner, name) for d, inner, name in zip(descs[1:], descs, trace.found)]
+        stated = [f"{d[0].upper()}{d[1:]} is {name}. " for d, name in zip(searched, trace.found)]
+    thoughts = [trace.calls[0][0]] + [f"{said}The question is now: {q} {thought}"
+                                      for said, q, (thought, _, _) in zip(stated, rewritten, trace.calls[1:])]
+    return thoughts, f"{stated[-1]}The question is now: {rewritten[-1]} So the answer is {trace.answer}."
 
 
 class SFTBuilder:
@@ -176,8 +190,8 @@ class SFTBuilder:
             return None
         messages = [system_message(self.tool_budget), {"role": "user", "content": record["question"]},
                     *searched_turns(trace), _final_turn(trace, question_format(record["question"]))]
-        if self.thoughts == "rewrite":
-            rewrite = rewrite_thoughts(record["question"], trace)
+        if self.thoughts != "plain":
+            rewrite = rewrite_thoughts(record["question"], trace, found=self.thoughts == "found")
             if rewrite is None:
                 self.summary["rejected:no_rewrite"] += 1
                 return None

@@ -162,3 +162,35 @@ def test_rewrite_thoughts_state_the_question_left_at_every_hop(kb, backend):
     assert checked >= 3
     with pytest.raises(ValueError, match="thoughts must be one of"):
         SFTBuilder(kb, backend, thoughts="verbose")
+
+
+def test_found_thoughts_state_what_each_search_found_before_the_question_left(kb, backend):
+    qa = list(QAGenerator(kb, SearchSolver(backend), SynthConfig(n=24, seed=5, augment_fraction=0.5)).generate())
+    rewrite = {r["id"]: r for r in SFTBuilder(kb, backend, seed=0, thoughts="rewrite").build(qa)}
+    found = {r["id"]: r for r in SFTBuilder(kb, backend, seed=0, thoughts="found").build(qa)}
+    assert found.keys() == rewrite.keys()
+    answers = {r["id"]: r["answer"] for r in qa}
+    hops = 0
+    for rid, r in found.items():
+        if r["category"] != "single_turn":
+            continue
+        turns = [m for m in r["messages"] if m["role"] in ("assistant", "tool")]
+        old = [m for m in rewrite[rid]["messages"] if m["role"] == "assistant"]
+        mine = [m for m in turns if m["role"] == "assistant"]
+        assert [m.get("tool_calls") for m in mine] == [m.get("tool_calls") for m in old]
+        assert mine[0]["reasoning_content"] == old[0]["reasoning_content"]
+        for k in range(1, len(mine)):
+            # "<what the search before looked for> is <the name it found>. " + the rewrite thought
+            said, _, rest = mine[k]["reasoning_content"].partition(". The question is now: ")
+            assert "The question is now: " + rest == old[k]["reasoning_content"]
+            before = mine[k - 1]["reasoning_content"].rpartition("I need ")[2].removesuffix(", so I will search for it.")
+            wanted = f"{before[0].upper()}{before[1:]} is "
+            assert said.startswith(wanted)
+            name = said.removeprefix(wanted)
+            assert name in turns[turns.index(mine[k]) - 1]["content"]  # read from the results just shown
+            if k < len(mine) - 1:
+                assert name in mine[k]["tool_calls"][0]["function"]["arguments"]["query"]
+            else:
+                assert name == answers[r["sources"][0]]
+                hops = max(hops, k)
+    assert hops >= 2  # some question of several hops was checked
