@@ -32,12 +32,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from searchjax.atomic import atomic_write_text
-from searchjax.config import load_yaml
+from searchjax.config import ConfigError, load_yaml
 
 STAGE_FILE = "stage.json"
 ATTEMPT_FILE = "attempt.json"
@@ -252,6 +252,27 @@ def _argv(stage: Stage, out: Path) -> list[str]:
     return [sys.executable, "-m", "searchjax.cli.main", *argv[1:]]
 
 
+# the recipe's training-stage fields -> the `searchjax train` stage that runs them
+TRAIN_STAGE_KINDS = {"induction": "lm", "lm": "lm", "sft": "sft", "rm": "rm", "grpo": "grpo"}
+
+
+def check_train_configs(cfg: RecipeConfig, names: Sequence[str] | None = None) -> None:
+    """Each training stage's YAML with its overrides (of the stages in `names`, default all) loads as that stage's
+    config, so a wrong key or value fails before the first stage runs, naming the stage, instead of when its stage
+    is reached after the ones before it."""
+    from searchjax.train.config import load_train_config
+    from searchjax.train.stages import STAGES
+
+    for field, kind in TRAIN_STAGE_KINDS.items():
+        t = getattr(cfg, field)
+        if t is None or (names is not None and field not in names):
+            continue
+        try:
+            load_train_config(STAGES[kind].load().Config, _config_path(t.config), t.overrides)
+        except ConfigError as e:
+            raise ConfigError(f"stage {field} ({t.config}, overrides {list(t.overrides)}): {e}") from None
+
+
 def run_pipeline(cfg: RecipeConfig, out: str | Path, *, until: str | None = None, force: tuple[str, ...] = (),
                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or skip) every stage up to `until`; returns {stage: {"status": "ran" | "resumed" | "skipped", "s":
@@ -261,6 +282,7 @@ def run_pipeline(cfg: RecipeConfig, out: str | Path, *, until: str | None = None
     for name in (until, *force):
         if name is not None and name not in names:
             raise ValueError(f"unknown stage {name!r}; the stages are {names}")
+    check_train_configs(cfg, names if until is None else names[: names.index(until) + 1])
     out.mkdir(parents=True, exist_ok=True)
     hashes: dict[str, str] = {}
     report: dict[str, Any] = {}

@@ -10,7 +10,7 @@ import pytest
 
 from searchjax import pipeline
 from searchjax.pipeline import RecipeConfig, StageError, load_recipe, run_pipeline, stage_hash, stages
-from searchjax.config import configs_dir
+from searchjax.config import ConfigError, configs_dir
 
 
 def _statuses(report):
@@ -52,9 +52,24 @@ def test_a_failing_stage_names_itself_and_its_log(tmp_path):
         run_pipeline(cfg, tmp_path / "run", until="nope")
 
 
+def test_a_bad_training_override_fails_before_any_stage_runs(tmp_path):
+    bad = RecipeConfig(world_docs=400, real_cities=20, vocab_size=400,
+                       grpo=pipeline.TrainStage("configs/train/grpo_tiny.yaml", ("rollout.max_new_tokenz=9",)))
+    with pytest.raises(ConfigError, match=r"stage grpo \(configs/train/grpo_tiny.yaml, overrides "
+                                          r"\['rollout.max_new_tokenz=9'\]\):.*max_new_tokenz"):
+        run_pipeline(bad, tmp_path / "run", log=lambda _: None)
+    assert not (tmp_path / "run").exists()  # nothing ran, nothing written
+    typed = dataclasses.replace(bad, grpo=pipeline.TrainStage("configs/train/grpo_tiny.yaml", ("steps=many",)))
+    with pytest.raises(ConfigError, match="stage grpo .*steps"):
+        run_pipeline(typed, tmp_path / "run", log=lambda _: None)
+    # a stage after --until is not checked: it will not run
+    assert _statuses(run_pipeline(bad, tmp_path / "run", until="world", log=lambda _: None)) == {"world": "ran"}
+
+
 def test_the_pipeline_configs_load_and_chain_every_stage():
     for path in sorted((configs_dir() / "pipeline").glob("*.yaml")):
         cfg = load_recipe(path)
+        pipeline.check_train_configs(cfg)  # every training stage's YAML + overrides, as its stage loads them
         names = [s.name for s in stages(cfg)]
         assert names[0] == "world" and names[-1] == "eval"
         for s in stages(cfg):
