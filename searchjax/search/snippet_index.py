@@ -35,6 +35,7 @@ from searchjax.search.snippets import (
     STEM_CHARS,
     lowercase,
     query_snippet,
+    sentence_score,
     split_sentences,
     stem_weights,
     word_window,
@@ -90,7 +91,7 @@ class SnippetIndex:
             else:
                 seen[i], first[i] = set(), at
                 seen[i].add(s)
-        scores = {i: sum(map(query.wanted.__getitem__, found)) for i, found in seen.items()}
+        scores = {i: sentence_score(found, query.wanted) for i, found in seen.items()}
         if not all(score > 0 for score in scores.values()):
             return query_snippet(text, query.weights, max_chars)
         order = sorted(scores, key=lambda i: (-scores[i], i))

@@ -24,7 +24,7 @@ import bisect
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from searchjax.search.types import TOKEN_RE
 
@@ -52,6 +52,13 @@ def stem_weights(weights: Mapping[str, float]) -> dict[str, float]:
     for term, w in weights.items():
         wanted[stem(term)] = max(wanted.get(stem(term), 0.0), w)
     return wanted
+
+
+def sentence_score(found: Iterable[str], wanted: Mapping[str, float]) -> float:
+    """The summed weight of the query stems a sentence holds, exactly rounded (math.fsum): with sum() over a set,
+    the order (hash-seeded, so per process) moved the last bit, and two sentences holding the same stems tied in one
+    process and not in the next, so the same query on the same index showed different snippets."""
+    return math.fsum(wanted[x] for x in found)
 
 
 def lowercase(text: str) -> str:
@@ -100,7 +107,7 @@ def query_snippet(text: str, weights: Mapping[str, float], max_chars: int) -> st
         return ""
     low = lowercase(text)
     seen, first = matched_stems(low, spans, wanted)
-    scores = [sum(wanted[x] for x in found) for found in seen]
+    scores = [sentence_score(found, wanted) for found in seen]
     best = max(range(len(spans)), key=lambda i: (scores[i], -i))
     if scores[best] <= 0:
         return word_window(text, 0, max_chars)

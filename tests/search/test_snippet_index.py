@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -60,6 +62,35 @@ def test_ties_keep_the_earlier_sentence():
     index = SnippetIndex([text], 20)
     for weights in ({"alpha": 1.0, "beta": 1.0}, {"gamma": 1.0}, {"alpha": 0.1, "beta": 0.2, "gamma": 0.3}):
         assert index.snippet(0, index.query(weights)) == query_snippet(text, weights, 20)
+
+
+_HASH_SEED_SCRIPT = """
+from searchjax.search.snippet_index import SnippetIndex
+from searchjax.search.snippets import query_snippet
+text = ("Febroubond Forge is a startup accelerator. The winter 2009 cohort of Febroubond Forge included Dokiavou "
+        "Security. Febroubond Forge accepted Maegrax Labs into its winter 1991 cohort. The summer 2022 cohort of "
+        "Febroubond Forge included Grinor Analytics.")
+w = {"company": 0.7310585786, "winter": 1.3862943611, "cohort": 0.4054651081, "febroubond": 3.1415926535,
+     "forge": 2.7182818284, "2023": 5.0}
+index = SnippetIndex([text], 120)
+print(query_snippet(text, w, 120))
+print(index.snippet(0, index.query(w)))
+"""
+
+
+def test_snippets_do_not_depend_on_the_hash_seed():
+    """Two sentences hold the same query stems (in another order): a tie, kept by the earlier one in every process.
+    The score was a sum() over a set, whose order follows the per-process string hash seed, and 2 of 12 seeds
+    chose the later sentence."""
+    outputs = set()
+    for seed in range(16):
+        env = dict(os.environ, PYTHONHASHSEED=str(seed))
+        out = subprocess.run([sys.executable, "-c", _HASH_SEED_SCRIPT], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        outputs.add(out)
+    assert len(outputs) == 1
+    first, second = outputs.pop().splitlines()
+    assert first == second and first.endswith("The winter 2009 cohort of Febroubond Forge included Dokiavou Security.")
 
 
 def test_short_texts_need_no_spans():
