@@ -122,17 +122,18 @@ def rewrite_thoughts(question: str, trace: SearchTrace, *, found: bool = False) 
 
     The state of a multi-hop search is then written out in every turn (which hop comes next, and when none is
     left), instead of being kept implicitly across turns. With `found` (the `found` style), each turn after a
-    search first states what that search found, as the description it searched for and the name read from its
-    results, before the question left:
+    search first states what that search found, as the name read from its results and the description it
+    searched for, before the question left:
 
-        hop 2:  "The organisation founded in 2008 is Kystou Systems. The question is now: What is the event where
+        hop 2:  "Kystou Systems is the organisation founded in 2008. The question is now: What is the event where
                  the founder of Kystou Systems spoke? I need the founder of Kystou Systems, so I will search for it."
-        final:  "The event where Krawov Fuvawiath spoke is Rostem Northern Symposium. The question is now: …"
+        final:  "Rostem Northern Symposium is the event where Krawov Fuvawiath spoke. The question is now: …"
 
-    so the name is read from the results right after the phrase that says what to look for (copied from the
-    turn before), and the substitution copies it from the same thought instead of from the results. Returns (one
-    thought per search, the final thought), or None when the question's descriptions cannot be found in its text
-    (`nested_descriptions`).
+    so the substitution copies the name from the same thought instead of from the results. The name comes first:
+    with "<description> is <name>." a wrong name that shares tokens with the description's own entity ("… hosted
+    Baepy Glass Fair is Gapy Glass Fair") was continued by copying what followed it there (" is Gapy Glass Fair is
+    …") until max_tokens (RESULTS.md "SFT warm-up", session 23). Returns (one thought per search, the final
+    thought), or None when the question's descriptions cannot be found in its text (`nested_descriptions`).
     """
     descs = nested_descriptions(without_format(question))
     if descs is None or len(descs) != len(trace.found) or len(trace.calls) != len(trace.found):
@@ -141,7 +142,7 @@ def rewrite_thoughts(question: str, trace: SearchTrace, *, found: bool = False) 
     stated = [""] * len(descs)
     if found:  # hop k searched for its description with hop k-1's entity in place of the nested one
         searched = [descs[0]] + [substitute(d, inner, name) for d, inner, name in zip(descs[1:], descs, trace.found)]
-        stated = [f"{d[0].upper()}{d[1:]} is {name}. " for d, name in zip(searched, trace.found)]
+        stated = [f"{name} is {d}. " for d, name in zip(searched, trace.found)]
     thoughts = [trace.calls[0][0]] + [f"{said}The question is now: {q} {thought}"
                                       for said, q, (thought, _, _) in zip(stated, rewritten, trace.calls[1:])]
     return thoughts, f"{stated[-1]}The question is now: {rewritten[-1]} So the answer is {trace.answer}."

@@ -180,13 +180,12 @@ def test_found_thoughts_state_what_each_search_found_before_the_question_left(kb
         assert [m.get("tool_calls") for m in mine] == [m.get("tool_calls") for m in old]
         assert mine[0]["reasoning_content"] == old[0]["reasoning_content"]
         for k in range(1, len(mine)):
-            # "<what the search before looked for> is <the name it found>. " + the rewrite thought
+            # "<the name the search before found> is <what it looked for>. " + the rewrite thought
             said, _, rest = mine[k]["reasoning_content"].partition(". The question is now: ")
             assert "The question is now: " + rest == old[k]["reasoning_content"]
             before = mine[k - 1]["reasoning_content"].rpartition("I need ")[2].removesuffix(", so I will search for it.")
-            wanted = f"{before[0].upper()}{before[1:]} is "
-            assert said.startswith(wanted)
-            name = said.removeprefix(wanted)
+            assert said.endswith(" is " + before)
+            name = said.removesuffix(" is " + before)
             assert name in turns[turns.index(mine[k]) - 1]["content"]  # read from the results just shown
             if k < len(mine) - 1:
                 assert name in mine[k]["tool_calls"][0]["function"]["arguments"]["query"]
