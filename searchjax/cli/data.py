@@ -239,7 +239,7 @@ def register(subparsers) -> None:
                    help="the expert's thinking: plain (\"I need X, so I will search for it.\"), rewrite (each "
                         "turn also states the question left, with the entities found so far substituted in: "
                         "searchjax.data.sft.rewrite_thoughts) or found (rewrite, after a sentence saying what the "
-                        "last search found: \"The organisation founded in 2008 is X.\")")
+                        "last search found: \"X is the organisation founded in 2008.\")")
     p.add_argument("--index", help=INDEX_HELP + " (default: WORLD/index, built if missing)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed")
     _on_error(p)
