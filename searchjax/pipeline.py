@@ -133,19 +133,24 @@ def heldout_questions(qa: Path, out: Path, n: int) -> None:
     write_jsonl(out, rows)
 
 
+# the recipe's training-stage fields -> the `searchjax train` stage that runs them (stages() builds their commands
+# from it, check_train_configs loads their configs with it)
+TRAIN_STAGE_KINDS = {"induction": "lm", "lm": "lm", "sft": "sft", "rm": "rm", "grpo": "grpo"}
+
+
 def stages(cfg: RecipeConfig) -> list[Stage]:
     """The recipe's stages in order (module docstring)."""
     o, s = "{OUT}", str(cfg.seed)
     sj = ("searchjax",)
 
-    def train(stage: str, t: TrainStage, *args: str, name: str | None = None) -> tuple[str, ...]:
-        return (*sj, "train", stage, "--config", _config_path(t.config), *args, "--out",
-                f"{o}/{name or stage}/run", "progress=false", *t.overrides)
+    def train(name: str, *args: str) -> tuple[str, ...]:
+        t: TrainStage = getattr(cfg, name)
+        return (*sj, "train", TRAIN_STAGE_KINDS[name], "--config", _config_path(t.config), *args, "--out",
+                f"{o}/{name}/run", "progress=false", *t.overrides)
 
     induction = [] if cfg.induction is None else [
         Stage("induction", ("base_init", "world"),
-              train("lm", cfg.induction, "--model", f"{o}/base_init/model", "--data",
-                    f"{o}/world/world/corpus.jsonl", name="induction"),
+              train("induction", "--model", f"{o}/base_init/model", "--data", f"{o}/world/world/corpus.jsonl"),
               reads=(cfg.induction.config,), produces=("induction/run/final",), resumable=True)]
     lm_start = "induction/run/final" if induction else "base_init/model"
 
@@ -187,17 +192,17 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
                                             f"{o}/tokenizer/tokenizer.json", "--out", f"{o}/base_init/model"),
               produces=("base_init/model",)),
         *induction,
-        Stage("lm", (lm_start.split("/")[0], "world"), train("lm", cfg.lm, "--model", f"{o}/{lm_start}", "--data",
+        Stage("lm", (lm_start.split("/")[0], "world"), train("lm", "--model", f"{o}/{lm_start}", "--data",
                                                                f"{o}/world/world/corpus.jsonl"),
               reads=(cfg.lm.config,), produces=("lm/run/final",), resumable=True),
-        Stage("sft", ("lm", "sft_data"), train("sft", cfg.sft, "--model", f"{o}/lm/run/final", "--data",
+        Stage("sft", ("lm", "sft_data"), train("sft", "--model", f"{o}/lm/run/final", "--data",
                                                f"{o}/sft_data/sft.jsonl"),
               reads=(cfg.sft.config,), produces=("sft/run/final",), resumable=True),
-        Stage("rm", ("sft", "preferences"), train("rm", cfg.rm, "--model", f"{o}/sft/run/final", "--data",
+        Stage("rm", ("sft", "preferences"), train("rm", "--model", f"{o}/sft/run/final", "--data",
                                                   f"{o}/preferences/preferences.jsonl"),
               reads=(cfg.rm.config,), produces=("rm/run/final",), resumable=True),
         Stage("grpo", ("sft", "rm", "qa", "rubric", "index"),
-              train("grpo", cfg.grpo, "--policy", f"{o}/sft/run/final", "--reference", f"{o}/sft/run/final",
+              train("grpo", "--policy", f"{o}/sft/run/final", "--reference", f"{o}/sft/run/final",
                     "--reward-model", f"{o}/rm/run/final", "--prompts", f"{o}/qa/qa.jsonl",
                     f"{o}/rubric/rubric.jsonl", "--index", f"{o}/index/index"),
               reads=(cfg.grpo.config,), produces=("grpo/run/final",), resumable=True),
@@ -250,10 +255,6 @@ def _done_hash(out: Path, name: str, marker: str = STAGE_FILE) -> str | None:
 def _argv(stage: Stage, out: Path) -> list[str]:
     argv = [a.replace("{OUT}", str(out)) for a in stage.argv]
     return [sys.executable, "-m", "searchjax.cli.main", *argv[1:]]
-
-
-# the recipe's training-stage fields -> the `searchjax train` stage that runs them
-TRAIN_STAGE_KINDS = {"induction": "lm", "lm": "lm", "sft": "sft", "rm": "rm", "grpo": "grpo"}
 
 
 def check_train_configs(cfg: RecipeConfig, names: Sequence[str] | None = None) -> None:

@@ -189,6 +189,8 @@ def _on_error(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
+    from searchjax.data.sft import THOUGHT_STYLES
+
     data = subparsers.add_parser("data", help="build training data").add_subparsers(dest="data_command",
                                                                                    metavar="DATA_COMMAND")
     data.required = True
@@ -235,7 +237,7 @@ def register(subparsers) -> None:
     p.add_argument("--abstention", type=int_at_least(0), default=0, help="abstention examples to add")
     p.add_argument("--results", type=int_at_least(1), default=10,
                    help="search results each call shows (1..10; the rollouts of the policy must show as many)")
-    p.add_argument("--thoughts", choices=("plain", "rewrite", "found"), default="plain",
+    p.add_argument("--thoughts", choices=THOUGHT_STYLES, default="plain",
                    help="the expert's thinking: plain (\"I need X, so I will search for it.\"), rewrite (each "
                         "turn also states the question left, with the entities found so far substituted in: "
                         "searchjax.data.sft.rewrite_thoughts) or found (rewrite, after a sentence saying what the "

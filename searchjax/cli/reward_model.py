@@ -63,6 +63,8 @@ def _preferences(args: argparse.Namespace) -> int:
 
 def add_preferences_command(data_subparsers) -> None:
     """`data preferences` (called by searchjax.cli.data.register)."""
+    from searchjax.data.sft import THOUGHT_STYLES
+
     p = data_subparsers.add_parser("preferences", help="agreement-filtered preference pairs for the reward model "
                                                        "(RECIPE.md §4)")
     p.add_argument("--world", required=True, help="directory written by `searchjax world build`")
@@ -76,7 +78,7 @@ def add_preferences_command(data_subparsers) -> None:
     p.add_argument("--results", type=int_at_least(1), help="search results per call in the pairs' trajectories "
                                                            "(default: the config's max_results); as the policy's "
                                                            "rollouts show them")
-    p.add_argument("--thoughts", choices=("plain", "rewrite", "found"),
+    p.add_argument("--thoughts", choices=THOUGHT_STYLES,
                    help="the trajectories' thinking style, as the SFT data's `data sft --thoughts` (default: the "
                         "config's)")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of an LLM pairwise judge (adds judge 'llm')")
