@@ -4,7 +4,8 @@
         --results 3 [--n 120] [--abstain 40] [--max-new-tokens 1024] [--max-len 4096] [--out report.json]
 
 Held-out questions are the QA rows of split "dev" (`data synth-qa` puts every question of a held-out seed entity
-there, and the SFT stage trains on split "train" only). It reports, at budget 5 unless said otherwise:
+there, and the SFT stage trains on split "train" only), not augmented, the first question of each chain (--copies:
+all). It reports, at budget 5 unless said otherwise:
   (a) the share of assistant turns that parse without errors                        target ≥ 0.95
   (b) the share of questions with at least one search call                           target ≥ 0.90
   (c) accuracy (r_base: the stated answer matches the gold or an alias) on 2-hop and 3–4-hop questions, and the
@@ -30,6 +31,7 @@ import numpy as np
 from searchjax.chat import parse_assistant
 from searchjax.data.jsonl import read_jsonl, write_jsonl
 from searchjax.data.questions import describe
+from searchjax.data.synth import chain_key
 from searchjax.eval.graders import is_abstention
 from searchjax.rewards import qa_correct
 from searchjax.rollout import AgentConfig, PromptItem, RolloutDriver, Sampling, SearchAgent, SearchJaxEngine
@@ -69,6 +71,10 @@ def main(argv=None) -> int:
     ap.add_argument("--qa", required=True)
     ap.add_argument("--results", type=int, default=3)
     ap.add_argument("--n", type=int, default=120, help="held-out questions (split dev), in file order")
+    ap.add_argument("--copies", action="store_true",
+                    help="keep every question of a chain: QA files written before session 24 ask one chain under "
+                         "up to four openers (\"Name ...\" / \"What is ...?\"), and sessions 10-24 measured with "
+                         "them (their first 100 held-out questions are 66 chains); default: the first of each")
     ap.add_argument("--abstain", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=1024,
                     help="policy tokens per rollout, all turns together (tools/policy_tokens.py: the expert's own "
@@ -81,7 +87,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     qa, _ = read_jsonl(args.qa)
-    held = [r for r in qa if r.get("split") == "dev" and not r.get("augmented")][: args.n]
+    held, chains = [], set()
+    for r in qa:
+        if r.get("split") == "dev" and not r.get("augmented") and (args.copies or chain_key(r) not in chains):
+            held.append(r)
+            chains.add(chain_key(r))
+    held = held[: args.n]
     kb = KnowledgeBase.load(args.world)
     fakes = fake_questions(kb, args.abstain, seed=20261201)
     engine = SearchJaxEngine.from_dir(args.model, max_concurrent_decodes=args.slots, max_len=args.max_len,

@@ -9,7 +9,8 @@
    depth-first search in random order with a bounded number of expansions, so dead ends backtrack. Every statement
    mentions at most one chain entity besides a literal, so no single statement gives the answer away.
 3. Entity-free question: names replaced recursively by describing phrases (searchjax.data.questions); no name
-   or alias of any chain entity may appear in it.
+   or alias of any chain entity may appear in it. Each description is asked once: the same one under another
+   opener ("Name ..." / "What is ...?") is rejected as a duplicate.
 4. Verification: the KB solver must find exactly the answer, and the search solver (search_web only) must
    agree. Rejections are counted by reason.
 Format-diversity copies add an explicit format instruction, keep the answer, and are flagged augmented.
@@ -186,6 +187,11 @@ def chain_record(links: list[Link]) -> list[dict[str, str]]:
     return [{"entity": x.entity, "relation": ("" if x.side == "s" else "^") + x.relation.relation} for x in links]
 
 
+def chain_key(record: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What a QA record asks, apart from its wording: its chain's (entity, relation) pairs."""
+    return tuple((x["entity"], x["relation"]) for x in record["chain"])
+
+
 def entity_free(kb: KnowledgeBase, question: str, entity_ids: list[str]) -> bool:
     """No name or alias of any of `entity_ids` occurs in `question`."""
     for eid in entity_ids:
@@ -229,11 +235,12 @@ class QAGenerator:
         if links is None:
             return None, (), reason
         opener = rng.randrange(4)
-        question = write_question(chain_description(self.kb, links), seed.type, opener)
+        description = chain_description(self.kb, links)
+        question = write_question(description, seed.type, opener)
         ids = [x.entity for x in links]
         if not entity_free(self.kb, question, ids):
             return None, (), "entity_leak"
-        if question in self._seen:
+        if description in self._seen:  # the same question under another opener ("Name ..." / "What is ...?")
             return None, (), "duplicate"
         kb_answer, reason = self.kb_solver.solve(question)
         if kb_answer is None:
@@ -248,7 +255,7 @@ class QAGenerator:
             if not is_answer(trace.answer, seed):
                 return None, (), "search_disagrees"
             verified_by.append(self.search.name)
-        self._seen.add(question)
+        self._seen.add(description)
         return {
             "id": "", "question": question, "answer": seed.name, "aliases": list(seed.aliases), "hops": hops,
             "chain": chain_record(links), "seed": seed.id, "verified_by": verified_by,
