@@ -73,6 +73,7 @@ class RecipeConfig:
     rubric_prompts: int = 20
     sft_results: int = 2
     sft_thoughts: str = "plain"
+    sft_recovery: float = 0.0
     abstention: int = 4
     pairs_per_category: int = 20
     preset: str = "tiny"
@@ -95,6 +96,8 @@ class RecipeConfig:
 
         if self.sft_thoughts not in THOUGHT_STYLES:
             raise TypeError(f"sft_thoughts must be one of {list(THOUGHT_STYLES)}, got {self.sft_thoughts!r}")
+        if not 0.0 <= self.sft_recovery <= 1.0:
+            raise TypeError(f"sft_recovery must be a share in [0, 1], got {self.sft_recovery!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,8 +171,8 @@ def stages(cfg: RecipeConfig) -> list[Stage]:
         Stage("sft_data", ("world", "index", "qa", "rubric"),
               (*sj, "data", "sft", "--world", f"{o}/world/world", "--index", f"{o}/index/index", "--qa",
                f"{o}/qa/qa.jsonl", "--rubric", f"{o}/rubric/rubric.jsonl", "--results", str(cfg.sft_results),
-               "--abstention", str(cfg.abstention), "--thoughts", cfg.sft_thoughts, "--seed", s, "--out",
-               f"{o}/sft_data/sft.jsonl"),
+               "--abstention", str(cfg.abstention), "--thoughts", cfg.sft_thoughts, "--recovery",
+               str(cfg.sft_recovery), "--seed", s, "--out", f"{o}/sft_data/sft.jsonl"),
               produces=("sft_data/sft.jsonl",)),
         # The BPE learns from the corpus and the rendered SFT conversations: the chat template and the tool-call
         # syntax then get merges of their own, which shortens every trajectory the later stages train on.

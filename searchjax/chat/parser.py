@@ -72,6 +72,14 @@ class ParsedTurn:
         return [c for c in self.tool_calls if c.ok]
 
 
+def rejection_response(errors: Sequence[str]) -> str:
+    """The tool response a rejected (malformed) call gets: the parser's errors, so the model can correct the call.
+
+    The agent answers every rejected call with it (searchjax.rollout.agent); SFT recovery examples show the same
+    text after a malformed turn (searchjax.data.sft.with_recovery)."""
+    return "Error: malformed tool call: " + "; ".join(errors)
+
+
 def tool_schemas(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
     """``{name: parameters schema}`` from OpenAI-style tools (``{"type": "function", "function": {...}}`` or bare)."""
     if tools is None:

@@ -2,13 +2,14 @@
 
 Messages are OpenAI-style dicts: ``{"role": "system"|"user"|"assistant"|"tool", "content": ...}``; assistant
 messages may carry ``reasoning_content`` (str) and ``tool_calls`` (``[{"function": {"name", "arguments"}}]`` or
-``[{"name", "arguments"}]``, arguments a dict or a JSON object string). Content is a string, None, or a list of
-parts (``{"type": "text", "text": ...}``, image or video parts).
+``[{"name", "arguments"}]``, arguments a dict or a JSON object string), and ``weight`` (1, the default, or 0:
+the turn is context, not a target, as in OpenAI's fine-tuning format; the Jinja template ignores the key). Content
+is a string, None, or a list of parts (``{"type": "text", "text": ...}``, image or video parts).
 
 The renderer produces a list of `Segment`s whose concatenation is the rendered text; a segment is ``trainable``
 exactly when the policy generates it (an assistant turn after ``<|im_start|>assistant\\n`` through its
-``<|im_end|>``). `render` joins them; `searchjax.chat.tokenizer.encode_conversation` encodes them one by one to
-build the loss mask.
+``<|im_end|>``) and the turn's ``weight`` is not 0. `render` joins them;
+`searchjax.chat.tokenizer.encode_conversation` encodes them one by one to build the loss mask.
 """
 
 from __future__ import annotations
@@ -172,7 +173,10 @@ def _assistant(message: Mapping[str, Any], index: int, after_query: bool) -> lis
         name, args = tool_call_arguments(call, f"messages[{index}].tool_calls[{k}]")
         sep = ("\n\n" if content.strip() else "") if k == 0 else "\n"
         body += sep + render_tool_call(name, args)
-    return [Segment(IM_START + "assistant\n"), Segment(body + IM_END, trainable=True), Segment("\n")]
+    weight = message.get("weight", 1)
+    if weight not in (0, 1) or isinstance(weight, bool):
+        raise ChatTemplateError(f"messages[{index}].weight must be 0 or 1, got {weight!r}")
+    return [Segment(IM_START + "assistant\n"), Segment(body + IM_END, trainable=weight == 1), Segment("\n")]
 
 
 def _tool(messages: Sequence[Mapping[str, Any]], index: int) -> str:

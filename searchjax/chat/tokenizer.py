@@ -264,7 +264,8 @@ def encode_conversation(
 
     ``mask[t] = 1`` exactly on the tokens of each assistant turn after ``<|im_start|>assistant\\n`` up to and
     including its ``<|im_end|>`` (for turns after the last user query that includes the ``<think>`` block);
-    0 on system, user, tool-response tokens, the newline between turns and the generation prompt.
+    0 on system, user, tool-response tokens, the newline between turns, the generation prompt and assistant turns
+    with ``weight`` 0 (context shown to the model, not a target).
 
     Segments are encoded one by one. Every segment boundary sits next to a special token or between
     ``assistant\\n`` and trimmed (non-whitespace-initial) content, where no pre-token can straddle it, so the

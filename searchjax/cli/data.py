@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from searchjax.cli.common import (CLIError, INDEX_HELP, add_overwrite, check_input_dir, check_input_file,
-                                  check_output, int_at_least, open_search_backend, run_command, show_progress)
+                                  check_output, float_in, int_at_least, open_search_backend, run_command,
+                                  show_progress)
 from searchjax.config import ConfigError, load_yaml
 from searchjax.data.jsonl import check_fields, read_jsonl, write_jsonl
 
@@ -157,7 +158,7 @@ def _sft(args) -> int:
                                          on_error=args.on_error)
         reads["read_rubric"] = rubric_read.as_dict()
     builder = SFTBuilder(_load_kb(world), _backend(world, args.index), seed=args.seed, max_results=args.results,
-                         thoughts=args.thoughts)
+                         thoughts=args.thoughts, recovery=args.recovery)
     rows = list(builder.build(qa, rubric, n_abstention=args.abstention))
     return _finish(out, rows, "SFT example", {**reads, **dict(sorted(builder.summary.items()))})
 
@@ -242,6 +243,9 @@ def register(subparsers) -> None:
                         "turn also states the question left, with the entities found so far substituted in: "
                         "searchjax.data.sft.rewrite_thoughts) or found (rewrite, after a sentence saying what the "
                         "last search found: \"X is the organisation founded in 2008.\")")
+    p.add_argument("--recovery", type=float_in(0.0, 1.0), default=0.0,
+                   help="share of the trajectories that first make one call malformed (no loss on it), get the "
+                        "agent's error response and then make the expert's call (searchjax.data.sft.with_recovery)")
     p.add_argument("--index", help=INDEX_HELP + " (default: WORLD/index, built if missing)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed")
     _on_error(p)

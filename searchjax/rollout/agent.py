@@ -40,6 +40,7 @@ import jax
 import numpy as np
 
 from searchjax.chat import encode_conversation, parse_assistant, render_segments
+from searchjax.chat.parser import rejection_response
 from searchjax.chat.template import IM_END, render_content
 from searchjax.data.prompts import prompt_messages
 from searchjax.rollout.driver import Completion, Request, RolloutDriver
@@ -215,7 +216,7 @@ class SearchAgent:
 
         def reject(name: str, arguments: dict, errors: list[str]) -> None:
             r.rejected += 1
-            responses.append("Error: malformed tool call: " + "; ".join(errors))
+            responses.append(rejection_response(errors))
             log.append({"name": name, "arguments": arguments, "ok": False, "error": "malformed: " + "; ".join(errors)})
 
         calls = parsed.tool_calls

@@ -102,6 +102,19 @@ def test_segments_join_to_render_and_mark_only_assistant_text():
     assert trainable[0].endswith("</tool_call><|im_end|>")
 
 
+def test_a_weight_0_turn_renders_alike_and_is_not_trainable():
+    messages = example_messages({"location": "Paris", "verbose": True})
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    weighted = [*messages[:first], {**messages[first], "weight": 0}, *messages[first + 1 :]]
+    segments = render_segments(weighted, tools=[WEATHER_TOOL])
+    assert "".join(s.text for s in segments) == EXPECTED_EXAMPLE
+    trainable = [s.text for s in render_segments(messages, tools=[WEATHER_TOOL]) if s.trainable]
+    assert [s.text for s in segments if s.trainable] == trainable[1:]
+    for bad in (2, -1, True, "0"):
+        with pytest.raises(ChatTemplateError, match=rf"messages\[{first}\]\.weight must be 0 or 1, got {bad!r}"):
+            render([*messages[:first], {**messages[first], "weight": bad}])
+
+
 def test_system_without_tools_and_no_generation_prompt():
     msgs = [{"role": "system", "content": "  Be brief.\n"}, {"role": "user", "content": "\nHi "}]
     assert render(msgs, add_generation_prompt=False) == (

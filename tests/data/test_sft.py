@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from searchjax.chat import encode_conversation, parse_assistant, render
+from searchjax.chat.parser import rejection_response
 from searchjax.config import configs_dir, load_yaml
 from searchjax.data.jsonl import write_jsonl
 from searchjax.data.pipeline import PipelineConfig, build_dataset
@@ -20,8 +21,13 @@ from searchjax.search import SEARCH_WEB_TOOL
 
 
 @pytest.fixture(scope="module")
-def sft_records(kb, backend):
-    qa = list(QAGenerator(kb, SearchSolver(backend), SynthConfig(n=24, seed=5, augment_fraction=0.5)).generate())
+def qa_records(kb, backend):
+    return list(QAGenerator(kb, SearchSolver(backend), SynthConfig(n=24, seed=5, augment_fraction=0.5)).generate())
+
+
+@pytest.fixture(scope="module")
+def sft_records(kb, backend, qa_records):
+    qa = qa_records
     builder = SFTBuilder(kb, backend, seed=0)
     records = list(builder.build(qa, generate_rubric_records(10, seed=2), n_abstention=4))
     return records, builder.summary
@@ -193,3 +199,32 @@ def test_found_thoughts_state_what_each_search_found_before_the_question_left(kb
                 assert name == answers[r["sources"][0]]
                 hops = max(hops, k)
     assert hops >= 2  # some question of several hops was checked
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_recovery_examples_correct_a_broken_call_and_train_only_on_the_correction(kb, backend, qa_records, tokenizer,
+                                                                               share):
+    plain = list(SFTBuilder(kb, backend, seed=0, thoughts="found").build(qa_records))
+    builder = SFTBuilder(kb, backend, seed=0, thoughts="found", recovery=share)
+    mixed = list(builder.build(qa_records))
+    assert [r["id"] for r in mixed] == [r["id"] for r in plain]  # recovery draws from a stream of its own
+    recovered = 0
+    for a, b in zip(plain, mixed):
+        broken = [i for i, m in enumerate(b["messages"]) if m.get("weight") == 0]
+        if not broken:
+            assert b == a and (share < 1.0 or a["category"] == "multi_turn")  # multi_turn: no call after its last query
+            continue
+        (i,) = broken
+        assert b["messages"][:i] + b["messages"][i + 2 :] == a["messages"]
+        text = b["messages"][i]["reasoning_content"]
+        parsed = parse_assistant(text, [SEARCH_WEB_TOOL])
+        assert not parsed.tool_calls and parsed.errors[0].startswith("unclosed <think>")
+        assert b["messages"][i + 1] == {"role": "tool", "content": rejection_response(parsed.errors)}
+        thought = b["messages"][i + 2]["reasoning_content"]
+        assert b["messages"][i + 2]["tool_calls"] and thought.startswith(text.split("\n")[0])
+        ids, mask = encode_conversation(b["messages"], tokenizer, [SEARCH_WEB_TOOL])
+        ids_a, mask_a = encode_conversation(a["messages"], tokenizer, [SEARCH_WEB_TOOL])
+        np.testing.assert_array_equal(ids[mask == 1], ids_a[mask_a == 1])  # the same targets: none in the broken turn
+        recovered += 1
+    assert builder.summary["with_recovery"] == recovered
+    assert 0 < recovered < len(mixed) if share < 1.0 else recovered > len(mixed) / 2

@@ -133,6 +133,25 @@ def test_rejected_calls_consume_no_budget_and_the_valid_search_is_seen(tokenizer
     assert "Paris is the capital of France." in text and "used up" in text
 
 
+def test_sft_recovery_data_shows_the_agents_response_to_its_broken_call(tokenizer):
+    """The broken turn of an SFT recovery example, played to the agent, gets the very response the example shows."""
+    import random
+
+    from searchjax.data.sft import with_recovery
+
+    call = {"role": "assistant", "reasoning_content": "I need the capital of France, so I will search for it.",
+            "content": "", "tool_calls": [{"name": "search_web", "arguments": {"query": "capital of France"}}]}
+    messages = [*_item().messages, call, {"role": "tool", "content": "Paris is the capital of France."},
+                {"role": "assistant", "reasoning_content": "Found it.", "content": "Paris"}]
+    for seed in range(3):
+        broken, response = with_recovery(messages, random.Random(seed))[2:4]
+        record, backend, _ = _run(tokenizer, [broken["reasoning_content"], CALL, ANSWER], budget=1, max_new=400)
+        assert (record.tool_calls, record.tool_failures, record.answer) == (2, 1, "Paris")
+        assert backend.queries == ["capital of France"]
+        text = tokenizer.decode(record.tokens)
+        assert f"<tool_response>\n{response['content']}\n</tool_response>" in text, response
+
+
 @pytest.mark.parametrize("end", ["<|endoftext|>", "<|im_end|>"])
 def test_a_malformed_call_ending_the_turn_is_followed_by_exactly_one_im_end(tokenizer, end):
     record, backend, _ = _run(tokenizer, ["</think>\n\n<tool_call>garbage" + end, ANSWER])
