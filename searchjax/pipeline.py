@@ -127,10 +127,12 @@ def _config_path(path: str) -> str:
 
 
 def heldout_questions(qa: Path, out: Path, n: int) -> None:
-    """The first n questions of split dev (never trained on: SFT, RM and GRPO read split train only)."""
+    """The first n questions of split dev (never trained on: SFT, RM and GRPO read split train only), one per chain
+    (a chain asked with several openers, `SynthConfig.phrasings`, counts once)."""
     from searchjax.data.jsonl import read_jsonl, write_jsonl
+    from searchjax.data.synth import one_per_chain
 
-    rows = [r for r in read_jsonl(qa)[0] if r.get("split") == "dev"][:n]
+    rows = one_per_chain(r for r in read_jsonl(qa)[0] if r.get("split") == "dev")[:n]
     if not rows:
         raise ValueError(f"{qa}: no questions of split dev to hold out (more questions, or a dev_fraction > 0)")
     write_jsonl(out, rows)

@@ -31,7 +31,7 @@ import numpy as np
 from searchjax.chat import parse_assistant
 from searchjax.data.jsonl import read_jsonl, write_jsonl
 from searchjax.data.questions import describe
-from searchjax.data.synth import chain_key
+from searchjax.data.synth import one_per_chain
 from searchjax.eval.graders import is_abstention
 from searchjax.rewards import qa_correct
 from searchjax.rollout import AgentConfig, PromptItem, RolloutDriver, Sampling, SearchAgent, SearchJaxEngine
@@ -87,12 +87,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     qa, _ = read_jsonl(args.qa)
-    held, chains = [], set()
-    for r in qa:
-        if r.get("split") == "dev" and not r.get("augmented") and (args.copies or chain_key(r) not in chains):
-            held.append(r)
-            chains.add(chain_key(r))
-    held = held[: args.n]
+    held = [r for r in qa if r.get("split") == "dev" and not r.get("augmented")]
+    held = (held if args.copies else one_per_chain(held))[: args.n]
     kb = KnowledgeBase.load(args.world)
     fakes = fake_questions(kb, args.abstain, seed=20261201)
     engine = SearchJaxEngine.from_dir(args.model, max_concurrent_decodes=args.slots, max_len=args.max_len,

@@ -9,8 +9,9 @@
    depth-first search in random order with a bounded number of expansions, so dead ends backtrack. Every statement
    mentions at most one chain entity besides a literal, so no single statement gives the answer away.
 3. Entity-free question: names replaced recursively by describing phrases (searchjax.data.questions); no name
-   or alias of any chain entity may appear in it. Each description is asked once: the same one under another
-   opener ("Name ..." / "What is ...?") is rejected as a duplicate.
+   or alias of any chain entity may appear in it. A description is asked with at most `phrasings` openers ("Name
+   ..." / "What is ...?" / ...; 1 by default: once), a question at most once; anything more is a duplicate.
+   Phrasings of one chain share its seed entity, hence its split: held-out sets take one question per chain.
 4. Verification: the KB solver must find exactly the answer, and the search solver (search_web only) must
    agree. Rejections are counted by reason.
 Format-diversity copies add an explicit format instruction, keep the answer, and are flagged augmented.
@@ -36,14 +37,14 @@ import dataclasses
 import random
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tqdm import tqdm
 
 from searchjax.data.jsonl import require
-from searchjax.data.questions import (PIN_RELATIONS, QUESTION_LANGUAGES, describe, localise_value, mentions,
-                                      write_question)
+from searchjax.data.questions import (OPENERS, PIN_RELATIONS, QUESTION_LANGUAGES, describe, localise_value,
+                                      mentions, write_question)
 from searchjax.data.solvers import KBSolver, SearchSolver
 from searchjax.search.world import RELATIONS, Entity, KnowledgeBase, Relation
 
@@ -72,6 +73,7 @@ class SynthConfig:
     search_max_calls: int = 5
     languages: tuple[str, ...] = ("en",)  # "en" first; others (sv, ja) add renderings of every kept question
     unanswerable_fraction: float = 0.0  # share of kept questions that also get an unanswerable copy
+    phrasings: int = 1  # openers ("Name ..." / "What is ...?" / ...) a chain may be asked with, each once (1..4)
 
     def __post_init__(self):
         # TypeError, as searchjax.config expects of __post_init__ checks: load_yaml names the file then.
@@ -86,6 +88,8 @@ class SynthConfig:
                             f"'en', got {self.languages}")
         if not 0 <= self.unanswerable_fraction <= 1:
             raise TypeError(f"SynthConfig.unanswerable_fraction must be in [0, 1], got {self.unanswerable_fraction}")
+        if not 1 <= self.phrasings <= len(OPENERS):
+            raise TypeError(f"SynthConfig.phrasings must be in 1..{len(OPENERS)} (the openers), got {self.phrasings}")
         for name in ("n", "min_docs", "max_attempts_per_question", "search_max_calls"):
             if getattr(self, name) < 1:
                 raise TypeError(f"SynthConfig.{name}: expected >= 1, got {getattr(self, name)}")
@@ -192,6 +196,12 @@ def chain_key(record: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((x["entity"], x["relation"]) for x in record["chain"])
 
 
+def one_per_chain(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first record of each chain (`chain_key`), in order: a held-out set that counts every chain once."""
+    seen: set = set()
+    return [r for r in records if not (chain_key(r) in seen or seen.add(chain_key(r)))]
+
+
 def entity_free(kb: KnowledgeBase, question: str, entity_ids: list[str]) -> bool:
     """No name or alias of any of `entity_ids` occurs in `question`."""
     for eid in entity_ids:
@@ -221,7 +231,7 @@ class QAGenerator:
         self.search = search
         self.expander = Expander(kb, self.kb_solver, cfg.min_docs)
         self.summary: Counter = Counter()
-        self._seen: set[str] = set()
+        self._seen: dict[str, set[str]] = {}  # chain description -> the questions that asked it
 
     def attempt(self, rng: random.Random, hops: int) -> tuple[dict[str, Any] | None, str]:
         """One try: expand, write, check, verify. Returns (record, "") or (None, rejection reason)."""
@@ -240,7 +250,8 @@ class QAGenerator:
         ids = [x.entity for x in links]
         if not entity_free(self.kb, question, ids):
             return None, (), "entity_leak"
-        if description in self._seen:  # the same question under another opener ("Name ..." / "What is ...?")
+        asked = self._seen.get(description, set())
+        if question in asked or len(asked) >= self.cfg.phrasings:  # the same question, or this chain enough times
             return None, (), "duplicate"
         kb_answer, reason = self.kb_solver.solve(question)
         if kb_answer is None:
@@ -255,7 +266,7 @@ class QAGenerator:
             if not is_answer(trace.answer, seed):
                 return None, (), "search_disagrees"
             verified_by.append(self.search.name)
-        self._seen.add(description)
+        self._seen.setdefault(description, set()).add(question)
         return {
             "id": "", "question": question, "answer": seed.name, "aliases": list(seed.aliases), "hops": hops,
             "chain": chain_record(links), "seed": seed.id, "verified_by": verified_by,
