@@ -1,4 +1,5 @@
-"""Group-relative advantages (RECIPE.md §2) over a [N groups, G rollouts] layout with a validity mask."""
+"""Group-relative advantages (RECIPE.md §2) over a [N groups, G rollouts] layout with a validity mask, and their
+rebalancing across strata of groups (an ablation of the GRPO loop, not in the write-up)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,52 @@ def group_advantages(
         var, _ = masked_group_mean(centred**2, mask)
         centred = centred / (jnp.sqrt(var)[:, None] + eps)
     return jnp.where(mask, centred, 0.0)
+
+
+def stratum_balanced_advantages(
+    advantages: jax.Array,
+    strata: jax.Array,
+    num_strata: int,
+    mask: jax.Array | None = None,
+    *,
+    max_scale: float = 4.0,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Rescale each group's advantages so every stratum of groups carries the same advantage mass in the batch.
+
+    With groups g in strata k(g) (e.g. the hop count of a QA prompt), the mass of stratum k and its scale are
+
+        M_k = Σ_{g: k(g)=k} Σ_{i valid} |Â_gi|,      M = Σ_k M_k,      K⁺ = #{k : M_k > 0}
+        c_k = min(M / (K⁺ · M_k), max_scale)   if M_k > 0,    1 otherwise
+        Â'_gi = c_{k(g)} · Â_gi
+
+    so when no cap binds every stratum with signal ends with mass M / K⁺ and the batch's total mass M is kept.
+    One stratum with signal (or none) gives c = 1, the plain advantages. A group is scaled by one constant, so its
+    advantages keep their signs and their zero mean. `max_scale` bounds the weight of a stratum whose few mixed
+    groups carry little mass (then the total mass is below M).
+
+    Args:
+      advantages: [N, G] group advantages (`group_advantages`).
+      strata: [N] int stratum of each group, in [0, num_strata).
+      num_strata: how many strata there are (static).
+      mask: optional [N, G] validity mask.
+      max_scale: the cap on c_k (> 0).
+
+    Returns:
+      (balanced advantages [N, G], each stratum's mass share M_k / M before balancing [num_strata] (0 when M = 0),
+      the scales c_k [num_strata]).
+    """
+    if advantages.ndim != 2 or strata.shape != advantages.shape[:1]:
+        raise ValueError(f"stratum_balanced_advantages: advantages must be [N, G] and strata [N], got "
+                         f"{advantages.shape} and {strata.shape}")
+    if max_scale <= 0:
+        raise ValueError(f"stratum_balanced_advantages: max_scale must be > 0, got {max_scale}")
+    advantages = advantages.astype(jnp.float32)
+    mask = as_mask(mask, advantages.shape, "stratum_balanced_advantages")
+    group_mass = jnp.where(mask, jnp.abs(advantages), 0.0).sum(axis=-1)
+    mass = jax.ops.segment_sum(group_mass, strata, num_segments=num_strata)
+    total = mass.sum()
+    live = mass > 0
+    target = total / jnp.maximum(live.sum(), 1)
+    scale = jnp.where(live, jnp.minimum(target / jnp.where(live, mass, 1.0), max_scale), 1.0)
+    share = jnp.where(total > 0, mass / jnp.where(total > 0, total, 1.0), 0.0)
+    return jnp.where(mask, advantages * scale[strata][:, None], 0.0), share, scale

@@ -8,6 +8,7 @@ Per step t (one rollout batch; `minibatches` optimizer steps on it, 1 = strictly
     r_base    = answer matching (qa) | all rubrics (rubric)
     s         = P̄(x, y_i, y_ref,i)                     the reward model, both orders in one batched call
     R, Â      = compute_rewards(r_base, s, calls, failures, L, L^ref)   gated R = r_base·s − pen_eff
+    Â         = balance_advantages(Â)                  advantage_balance "hops": equal mass per hop count (ablation)
     state     = train_step(state, batch)                grpo_loss: log π_T (training forward) against log μ
     sync      = engine ← state.params                   cast to the engine's dtype; no recompile, no rebuild
 
@@ -37,6 +38,7 @@ from searchjax.atomic import atomic_write_text
 from searchjax.config import ConfigError, to_dict
 from searchjax.data.jsonl import DataError
 from searchjax.data.pipeline import PipelineConfig, SourceConfig, load_source, mixed_records
+from searchjax.losses.advantages import stratum_balanced_advantages
 from searchjax.rewards.aggregate import RolloutRecords, compute_rewards
 from searchjax.rewards.config import RewardConfig
 from searchjax.rollout.agent import AgentConfig, SearchAgent
@@ -149,7 +151,11 @@ class GRPOConfig(TrainConfig):
     """GRPO stage config (configs/train/grpo_*.yaml). `steps` counts rollout batches, `batch_size` prompts per
     batch (N; the batch has N·G rollouts); `minibatches` optimizer steps per rollout batch (1 = on-policy; more
     is the PPO-style ablation, with rewards.clip_eps for the clip). rewards: every coefficient and ablation
-    switch of RECIPE.md §2/§4. scorer_*: the reward model's batching."""
+    switch of RECIPE.md §2/§4. scorer_*: the reward model's batching. advantage_balance: "hops" rescales each
+    group's advantages so that every stratum of the batch's prompts (QA prompts by hop count, rubric prompts
+    apart: `prompt_strata`) carries the same advantage mass, each stratum's scale capped at balance_max_scale
+    (`stratum_balanced_advantages`; an ablation, not in the write-up); "none" (the default) trains on Â as
+    computed."""
 
     rollout: RolloutSettings = RolloutSettings()
     data: RLData = RLData()
@@ -159,9 +165,13 @@ class GRPOConfig(TrainConfig):
     router_aux_loss_coef: float | None = None
     scorer_batch_pairs: int = 8
     scorer_buckets: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
+    advantage_balance: Literal["none", "hops"] = "none"
+    balance_max_scale: float = 4.0
 
     def __post_init__(self):
         super().__post_init__()
+        if not self.balance_max_scale > 0:
+            raise TypeError(f"balance_max_scale: expected > 0, got {self.balance_max_scale}")
         rows = self.batch_size * self.rollout.group_size
         if self.minibatches < 1 or rows % self.minibatches or (rows // self.minibatches) % self.optim.micro_batches:
             raise TypeError(f"minibatches ({self.minibatches}) must divide the N·G = {rows} rollouts of a batch, "
@@ -294,6 +304,30 @@ def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, 
     for reason in ("answer", "max_tokens", "context", "budget"):
         m[f"finish_reason/{reason}"] = reasons.get(reason, 0) / len(flat)
     return m
+
+
+def prompt_strata(prompts) -> list[str]:
+    """Each prompt's stratum for advantage balancing and the advantages/mass_* metrics: "qa_hops{h}" for a QA
+    prompt whose record has an integer `hops`, otherwise its kind ("qa" | "rubric")."""
+    return [f"qa_hops{p.record['hops']}" if p.kind == "qa" and isinstance(p.record.get("hops"), int) else p.kind
+            for p in prompts]
+
+
+def balance_advantages(cfg: GRPOConfig, prompts, advantages) -> tuple[np.ndarray, dict[str, float]]:
+    """(the [N, G] advantages the batch trains on, metrics). advantages/mass_{stratum}: the stratum's share of the
+    batch's advantage mass Σ|Â| as computed (`prompt_strata`; logged whatever cfg.advantage_balance is); with
+    advantage_balance "hops" the advantages are `stratum_balanced_advantages` and advantages/scale_{stratum}
+    logs each stratum's scale c_k."""
+    names = prompt_strata(prompts)
+    order = sorted(set(names))
+    strata = jnp.asarray([order.index(n) for n in names], jnp.int32)
+    balanced, share, scale = stratum_balanced_advantages(jnp.asarray(advantages), strata, len(order),
+                                                         max_scale=cfg.balance_max_scale)
+    m = {f"advantages/mass_{n}": float(share[k]) for k, n in enumerate(order)}
+    if cfg.advantage_balance == "none":
+        return np.asarray(advantages, np.float32), m
+    m.update({f"advantages/scale_{n}": float(scale[k]) for k, n in enumerate(order)})
+    return np.asarray(balanced, np.float32), m
 
 
 def check_replicated(records, t: int) -> None:
@@ -447,8 +481,8 @@ class GRPOLoop:
         tokens = sum(r.response_length for r in groups.flat())
 
         t0 = time.perf_counter()
-        arrays = train_arrays(groups.flat(), np.asarray(out.advantages).reshape(-1), pad_id=self.pad_id,
-                              buckets=cfg.data.buckets)
+        advantages, balance_m = balance_advantages(cfg, prompts, out.advantages)
+        arrays = train_arrays(groups.flat(), advantages.reshape(-1), pad_id=self.pad_id, buckets=cfg.data.buckets)
         state, train_m = self.train(state, step_fn, arrays, jax.random.fold_in(key, 2))
         timing["timing_s/train"] = time.perf_counter() - t0
 
@@ -457,6 +491,8 @@ class GRPOLoop:
         timing["timing_s/sync"] = time.perf_counter() - t0
 
         m = rollout_metrics(prompts, groups, self.cache, r_base, out)
+        m.update(_summary(advantages, "advantages"))  # what the batch trained on
+        m.update(balance_m)
         m.update(train_m)
         m.update(timing)
         m["timing_s/step"] = sum(timing.values())

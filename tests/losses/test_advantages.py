@@ -1,4 +1,5 @@
-"""group_advantages (RECIPE.md §2): hand-computed, masks, G = 1, invariances; with and without jit."""
+"""group_advantages (RECIPE.md §2): hand-computed, masks, G = 1, invariances; with and without jit. And their
+rebalancing across strata (stratum_balanced_advantages): by hand, the cap, and its invariants as properties."""
 
 import chex
 import hypothesis.extra.numpy as hnp
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchjax.losses import group_advantages
+from searchjax.losses import group_advantages, stratum_balanced_advantages
 
 _adv_jit = jax.jit(group_advantages, static_argnames=("normalize_std", "eps"))
 
@@ -83,3 +84,62 @@ def test_equal_rewards_give_exactly_zero(value):
     rewards = jnp.full((2, 5), value, jnp.float32)
     np.testing.assert_array_equal(group_advantages(rewards), 0.0)
     np.testing.assert_array_equal(_adv_jit(rewards), 0.0)
+
+
+_bal_jit = jax.jit(stratum_balanced_advantages, static_argnames=("num_strata", "max_scale"))
+
+
+class StratumBalanceTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_by_hand(self):
+        # Three groups: two of stratum 0 (mass 2 + 2), one of stratum 1 (mass 1); M = 5, K+ = 2, target 2.5 each.
+        adv = jnp.array([[1.0, -1.0], [0.5, -1.5], [0.5, -0.5]])
+        fn = self.variant(lambda a, s: stratum_balanced_advantages(a, s, 3, max_scale=10.0))
+        out, share, scale = fn(adv, jnp.array([0, 0, 1]))
+        np.testing.assert_allclose(scale, [2.5 / 4, 2.5 / 1, 1.0], rtol=1e-6)  # stratum 2 is empty: scale 1
+        np.testing.assert_allclose(share, [0.8, 0.2, 0.0], rtol=1e-6)
+        np.testing.assert_allclose(out, adv * np.array([[0.625], [0.625], [2.5]]), rtol=1e-6)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_cap_and_no_signal(self):
+        adv = jnp.array([[4.0, -4.0], [0.01, -0.01]])
+        out, _, scale = self.variant(lambda a, s: stratum_balanced_advantages(a, s, 2, max_scale=3.0))(
+            adv, jnp.array([0, 1]))
+        np.testing.assert_allclose(scale[1], 3.0)  # uncapped it would be 8.01 / 2 / 0.02 ≈ 200
+        np.testing.assert_allclose(out[1], [0.03, -0.03], rtol=1e-5)
+        zero, share, scale = self.variant(lambda a, s: stratum_balanced_advantages(a, s, 2))(
+            jnp.zeros((2, 3)), jnp.array([0, 1]))
+        np.testing.assert_array_equal(zero, 0.0)
+        np.testing.assert_array_equal(share, 0.0)
+        np.testing.assert_array_equal(scale, 1.0)
+
+
+@pytest.mark.parametrize("use_jit", [False, True])
+@settings(max_examples=30, deadline=None)
+@given(rewards=rewards_st, mask=masks_st, strata=hnp.arrays(np.int32, (3,), elements=st.integers(0, 2)))
+def test_balanced_strata_carry_equal_mass(use_jit, rewards, mask, strata):
+    """Uncapped: every stratum with signal ends with the same mass, the total is kept, each group is scaled by one
+    positive constant (signs and zero means kept), padding stays 0; one stratum alone is the identity."""
+    fn = _bal_jit if use_jit else stratum_balanced_advantages
+    adv = np.asarray(group_advantages(rewards, mask, normalize_std=False))
+    out, share, scale = (np.asarray(x) for x in fn(adv, strata, num_strata=3, mask=mask, max_scale=1e9))
+    chex.assert_tree_all_finite(out)
+    assert np.all(out[~mask] == 0.0) and np.all(scale > 0)
+    mass = np.array([np.abs(adv[strata == k]).sum() for k in range(3)])
+    after = np.array([np.abs(out[strata == k]).sum() for k in range(3)])
+    live = mass > 0
+    if live.any():
+        np.testing.assert_allclose(after[live], mass.sum() / live.sum(), rtol=1e-4)
+        np.testing.assert_allclose(share, mass / mass.sum(), rtol=1e-4, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(share, 0.0)
+    np.testing.assert_allclose(out, adv * scale[strata][:, None], rtol=1e-6)
+    one, _, _ = fn(adv, np.zeros(3, np.int32), num_strata=3, mask=mask, max_scale=1e9)
+    np.testing.assert_allclose(one, adv, rtol=1e-6)
+
+
+def test_balance_bad_input_raises():
+    with pytest.raises(ValueError, match=r"strata \[N\]"):
+        stratum_balanced_advantages(jnp.zeros((2, 3)), jnp.zeros(3, jnp.int32), 2)
+    with pytest.raises(ValueError, match="max_scale must be > 0"):
+        stratum_balanced_advantages(jnp.zeros((2, 3)), jnp.zeros(2, jnp.int32), 2, max_scale=0.0)

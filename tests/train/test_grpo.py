@@ -201,6 +201,8 @@ def test_routing_replay_follows_the_engines_experts():
     ("rollout.group_size=1", "group_size must be >= 2"),
     ("minibatches=3", "minibatches"),
     ("data.buckets=[512]", "must reach rollout.max_len"),
+    ("advantage_balance=hop", r"advantage_balance: expected one of \['none', 'hops'\], got 'hop'"),
+    ("balance_max_scale=0", "balance_max_scale: expected > 0"),
 ])
 def test_config_refuses_what_rl_cannot_train(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -244,6 +246,28 @@ def test_ablation_switches_change_the_reward_as_their_formula_says(override):
     else:
         centred = np.asarray(got.reward) - np.asarray(got.reward).mean(axis=-1, keepdims=True)
         np.testing.assert_allclose(got.advantages, centred, atol=1e-6)
+
+
+def test_hop_balance_switch_scales_each_hop_counts_groups_to_equal_mass():
+    """advantage_balance=hops: QA prompts are stratified by hop count (rubric and hop-less QA prompts by kind), each
+    stratum ends with the same advantage mass; the mass shares are logged with the switch off too, and then the
+    advantages are those computed."""
+    from searchjax.train.grpo import balance_advantages, prompt_strata
+
+    prompts = [RLPrompt.of({**QA, "id": f"q{n}", "hops": h}, "qa", 5) for n, h in enumerate((2, 2, 3))]
+    prompts += [RLPrompt.of(RUBRIC, "rubric", 5), RLPrompt.of({**QA, "id": "plain"}, "qa", 5)]
+    assert prompt_strata(prompts) == ["qa_hops2", "qa_hops2", "qa_hops3", "rubric", "qa"]
+    adv = np.asarray([[1, -1], [2, -2], [0.5, -0.5], [0, 0], [1, -1]], np.float32)  # masses 2, 4, 1, 0, 2
+    off = load_train_config(GRPOConfig, CONFIG)
+    same, m = balance_advantages(off, prompts, adv)
+    np.testing.assert_array_equal(same, adv)
+    assert m == pytest.approx({"advantages/mass_qa": 2 / 9, "advantages/mass_qa_hops2": 6 / 9,
+                               "advantages/mass_qa_hops3": 1 / 9, "advantages/mass_rubric": 0.0})
+    on = load_train_config(GRPOConfig, CONFIG, ["advantage_balance=hops", "balance_max_scale=2.5"])
+    out, m = balance_advantages(on, prompts, adv)
+    # M = 9 over the three strata with signal: 3 each; hop 3 alone (mass 1) would need 3, capped at 2.5.
+    np.testing.assert_allclose(out, adv * np.asarray([[0.5], [0.5], [2.5], [1.0], [1.5]]), rtol=1e-6)
+    assert m["advantages/scale_qa_hops3"] == pytest.approx(2.5) and m["advantages/scale_rubric"] == 1.0
 
 
 def test_policy_loss_switch_sequence_is_and_clip():
@@ -360,13 +384,18 @@ def test_grpo_with_routing_replay_runs_and_keeps_the_canary(rl_workspace, tmp_pa
 
 
 @pytest.mark.slow
-def test_grpo_with_one_shared_reference_per_prompt(rl_workspace, tmp_path):
+def test_grpo_with_one_shared_reference_per_prompt_and_hop_balance(rl_workspace, tmp_path):
     """rollout.reference=shared end to end: one reference rollout per new prompt instead of G, and the step's
-    rewards, loss and canary as with paired references."""
-    rows = _two_steps(rl_workspace, tmp_path / "shared", "rollout.reference=shared")
+    rewards, loss and canary as with paired references; with advantage_balance=hops each hop count's scale is
+    logged beside its mass share (shares of a batch with signal sum to 1)."""
+    rows = _two_steps(rl_workspace, tmp_path / "shared", "rollout.reference=shared", "advantage_balance=hops")
     assert rows[0]["reference/new_rollouts"] == rows[0]["reference/new_prompts"] == 4
     for row in rows:
         assert row["canary/logp_abs_diff_max"] <= 1e-4 and row["grad_norm"] > 0
+        shares = {k[len("advantages/mass_"):]: v for k, v in row.items() if k.startswith("advantages/mass_")}
+        assert shares and all(k.startswith("qa_hops") for k in shares), sorted(row)
+        assert sum(shares.values()) == pytest.approx(1.0, abs=1e-5) or sum(shares.values()) == 0.0
+        assert all(0 < row[f"advantages/scale_{k}"] <= 4.0 for k in shares)
         assert all(np.isfinite(row[k]) for k in ("reward/score/mean", "penalty/length", "ref_length"))
 
 
