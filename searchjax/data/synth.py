@@ -198,8 +198,10 @@ def chain_key(record: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def one_per_chain(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The first record of each chain (`chain_key`), in order: a held-out set that counts every chain once."""
-    seen: set = set()
-    return [r for r in records if not (chain_key(r) in seen or seen.add(chain_key(r)))]
+    first: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for r in records:
+        first.setdefault(chain_key(r), r)
+    return list(first.values())
 
 
 def entity_free(kb: KnowledgeBase, question: str, entity_ids: list[str]) -> bool:

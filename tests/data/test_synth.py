@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from searchjax.data.questions import parse_question
 from searchjax.data.solvers import KBSolver, SearchSolver, parse_results
-from searchjax.data.synth import QAGenerator, SynthConfig, chain_key, is_answer, validate_qa_record
+from searchjax.data.synth import (
+    QAGenerator,
+    SynthConfig,
+    chain_key,
+    is_answer,
+    one_per_chain,
+    validate_qa_record,
+)
 from searchjax.search import SearchTool
 from searchjax.search.world.schema import RELATIONS
 
@@ -51,6 +58,17 @@ def test_a_chain_is_asked_with_at_most_phrasings_openers(kb, phrasings):
     splits = {}
     for r in records:
         assert splits.setdefault(chain_key(r), r["split"]) == r["split"]
+
+
+def test_one_per_chain_keeps_the_first_record_of_each_chain_in_order():
+    def rec(question, *chain):
+        return {"question": question, "chain": [{"entity": e, "relation": r} for e, r in chain]}
+
+    a1, b1, a2, c1, b2 = (rec("a1", ("x", "r")), rec("b1", ("y", "r")), rec("a2", ("x", "r")),
+                          rec("c1", ("x", "r"), ("z", "^s")), rec("b2", ("y", "r")))
+    assert [r["question"] for r in one_per_chain([a1, b1, a2, c1, b2])] == ["a1", "b1", "c1"]
+    assert [r["question"] for r in one_per_chain(iter([b2, a2, a1]))] == ["b2", "a2"]
+    assert one_per_chain([]) == []
 
 
 def test_hops_in_range_and_varied(generated):
