@@ -122,13 +122,16 @@ class RLData:
     is 0.9 / 0.1). train_split: only rows whose `split` is this (rows without one are kept), so held-out
     questions never reach training. qa_hops: only QA rows whose `hops` is one of these (a curriculum: questions
     the policy never solves give all-wrong groups, whose r_base advantage is 0; RESULTS.md, session 21); None keeps
-    every row. judge: "rule" (offline) or "llm" (judge_url, judge_model: an OpenAI-compatible endpoint) for rubric
+    every row. stratify: "hops" splits each QA source by hop count into parts of equal weight, so every hop count
+    gets the same share of the prompts and the batches take them in turn (`mix_sources`); "none" draws the QA rows
+    as one pool, each batch's hop counts by chance. judge: "rule" (offline) or "llm" (judge_url, judge_model: an OpenAI-compatible endpoint) for rubric
     prompts. buckets: padded widths of the training batch.
     """
 
     sources: tuple[SourceConfig, ...] = ()
     train_split: str | None = "train"
     qa_hops: tuple[int, ...] | None = None
+    stratify: Literal["none", "hops"] = "none"
     judge: Literal["rule", "llm"] = "rule"
     judge_url: str | None = None
     judge_model: str | None = None
@@ -217,6 +220,7 @@ def load_prompts(cfg: GRPOConfig) -> list[list[dict[str, Any]]]:
     """Every source's rows of the training split, QA rows restricted to `data.qa_hops` (bad rows fail with
     file:line; a QA row without an integer `hops` when qa_hops is set names the file and the row's id)."""
     out, hops = [], cfg.data.qa_hops
+    need = "data.qa_hops is set" if hops is not None else "data.stratify is 'hops'"
     for src in cfg.data.sources:
         rows, _ = load_source(src)
         split = cfg.data.train_split
@@ -224,11 +228,12 @@ def load_prompts(cfg: GRPOConfig) -> list[list[dict[str, Any]]]:
         if not kept:
             raise DataError(f"grpo: {src.path}: no prompts with split {split!r} (set data.train_split: null to use "
                             "every row)")
-        if hops is not None and src.kind == "qa":
+        if (hops is not None or cfg.data.stratify == "hops") and src.kind == "qa":
             bad = [r.get("id") for r in kept if not isinstance(r.get("hops"), int)]
             if bad:
-                raise DataError(f"grpo: {src.path}: data.qa_hops is set but {len(bad)} rows have no integer `hops` "
+                raise DataError(f"grpo: {src.path}: {need} but {len(bad)} rows have no integer `hops` "
                                 f"(e.g. id {bad[0]!r}); `data synth-qa` writes it")
+        if hops is not None and src.kind == "qa":
             kept = [r for r in kept if r["hops"] in hops]
             if not kept:
                 raise DataError(f"grpo: {src.path}: no {split!r} prompts with hops in {list(hops)}")
@@ -236,11 +241,35 @@ def load_prompts(cfg: GRPOConfig) -> list[list[dict[str, Any]]]:
     return out
 
 
+def mix_sources(cfg: GRPOConfig, records: list[list[dict[str, Any]]]):
+    """(sources, records, parents): the parts Grain mixes and the index in cfg.data.sources of each part's source.
+    With data.stratify "hops" a QA source whose rows have hop counts h_1 < … < h_k becomes k parts, one per hop
+    count, each of weight w/k (w: the source's weight); Grain's mix takes the parts in proportion to their weights,
+    deterministically, so every hop count is drawn as often as the others and the batches alternate them (with two
+    hop counts and four QA prompts a batch: two of each). Otherwise the sources as configured."""
+    if cfg.data.stratify == "none":
+        return cfg.data.sources, records, list(range(len(records)))
+    sources, parts, parents = [], [], []
+    for i, (src, rows) in enumerate(zip(cfg.data.sources, records)):
+        hops = sorted({r["hops"] for r in rows}) if src.kind == "qa" else [None]
+        for h in hops:
+            part = rows if h is None else [r for r in rows if r["hops"] == h]
+            name = src.name if h is None else f"{src.name}_hops{h}"
+            sources.append(dataclasses.replace(src, name=name, weight=src.weight / len(hops)))
+            parts.append(part)
+            parents.append(i)
+    return tuple(sources), parts, parents
+
+
 def prompt_iterator(cfg: GRPOConfig, records: list[list[dict[str, Any]]]):
-    """A checkpointable Grain iterator over batches of N (source index, record) pairs: the same prompts on every
-    process (the rollouts are replicated; each process trains on its rows)."""
-    pipe = PipelineConfig(sources=cfg.data.sources, seed=cfg.seed, batch_size=cfg.batch_size)
-    mixed = mixed_records(pipe, records, process_index=0, process_count=1)
+    """A checkpointable Grain iterator over batches of N (source index, record) pairs (`mix_sources`; the index
+    is into cfg.data.sources): the same prompts on every process (the rollouts are replicated; each process trains
+    on its rows)."""
+    sources, parts, parents = mix_sources(cfg, records)
+    pipe = PipelineConfig(sources=sources, seed=cfg.seed, batch_size=cfg.batch_size)
+    mixed = mixed_records(pipe, parts, process_index=0, process_count=1)
+    if cfg.data.stratify != "none":
+        mixed = mixed.map(lambda pair: (parents[pair[0]], pair[1]))
     return iter(mixed.batch(cfg.batch_size, drop_remainder=True, batch_fn=list).to_iter_dataset())
 
 
@@ -279,7 +308,8 @@ def mixed_groups(r_base: np.ndarray) -> np.ndarray:
 def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, out) -> dict[str, float]:
     """Host-side metrics of one rollout batch (names as in the module of the issue: reward/…, penalty/…).
     reward/frac_mixed_groups: the share of groups with mixed r_base (`mixed_groups`); reward/base_qa_hops{h}: r_base
-    of the batch's QA prompts of h hops (present when the batch has some; `data synth-qa` rows carry `hops`)."""
+    of the batch's QA prompts of h hops (present when the batch has some; `data synth-qa` rows carry `hops`);
+    prompts/{stratum}: how many of the batch's prompts are in each stratum (`prompt_strata`)."""
     flat = groups.flat()
     m = {**_summary(np.asarray(out.reward), "reward/score"),
          "reward/base": float(r_base.mean()), "reward/preference": float(np.asarray(out.preference).mean()),
@@ -303,6 +333,7 @@ def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, 
     reasons = collections.Counter(r.finish_reason for r in flat)
     for reason in ("answer", "max_tokens", "context", "budget"):
         m[f"finish_reason/{reason}"] = reasons.get(reason, 0) / len(flat)
+    m.update({f"prompts/{name}": float(n) for name, n in sorted(collections.Counter(prompt_strata(prompts)).items())})
     return m
 
 

@@ -25,7 +25,8 @@ from searchjax.rewards.config import RewardConfig
 from searchjax.rewards.rubrics import RuleJudge
 from searchjax.rollout.records import RolloutRecord
 from searchjax.train.config import load_train_config
-from searchjax.train.grpo import GRPOConfig, load_prompts, mixed_groups, prompt_sources, with_prompts
+from searchjax.train.grpo import (GRPOConfig, load_prompts, mixed_groups, prompt_iterator, prompt_sources,
+                                  with_prompts)
 from searchjax.train.rl import (ReferenceCache, RLPrompt, base_reward, grpo_loss_fn, old_logprobs_fn,
                                 train_arrays, width_bucket)
 from tests.train.conftest import read_metrics
@@ -85,6 +86,40 @@ def test_qa_hops_keeps_the_asked_hop_counts_and_names_rows_without_one(tmp_path)
         load_prompts(with_prompts(load_train_config(GRPOConfig, CONFIG, ["data.qa_hops=[5]"]), [str(qa)]))
     with pytest.raises(ConfigError, match="qa_hops must be hop counts >= 1"):
         load_train_config(GRPOConfig, CONFIG, ["data.qa_hops=[0]"])
+
+
+def _hops_of(batches):
+    return [[(i, r.get("hops")) for i, r in batch] for batch in batches]
+
+
+def test_stratify_hops_gives_every_hop_count_an_equal_share_in_turn_and_resumes(tmp_path):
+    qa, rub, bare = tmp_path / "qa.jsonl", tmp_path / "rub.jsonl", tmp_path / "bare.jsonl"
+    rows = [{**QA, "id": f"q{n}", "hops": 2 if n < 2 else 3, "split": "train"} for n in range(8)]  # 2 of 8 2-hop
+    qa.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rub.write_text(json.dumps(RUBRIC) + "\n")
+    bare.write_text(json.dumps(QA) + "\n")
+    plain = with_prompts(load_train_config(GRPOConfig, CONFIG, ["batch_size=4"]), [str(qa)])
+    strat = dataclasses.replace(plain, data=dataclasses.replace(plain.data, stratify="hops"))
+    it = prompt_iterator(plain, load_prompts(plain))
+    drawn = [h for b in _hops_of(next(it) for _ in range(4)) for _, h in b]
+    assert drawn.count(2) == 4  # one pool: two epochs of 8 rows hold 2-hop rows 4 times
+    it = prompt_iterator(strat, load_prompts(strat))
+    batches = _hops_of(next(it) for _ in range(6))
+    assert all(sorted(h for _, h in b) == [2, 2, 3, 3] and {i for i, _ in b} == {0} for b in batches), batches
+    state = it.get_state()
+    after = _hops_of(next(it) for _ in range(3))
+    again = prompt_iterator(strat, load_prompts(strat))
+    again.set_state(state)
+    assert _hops_of(next(again) for _ in range(3)) == after  # a resumed run draws the same prompts
+
+    both = with_prompts(strat, [str(qa), str(rub)])  # QA 0.9 split into 0.45 + 0.45, rubric 0.1
+    it = prompt_iterator(both, load_prompts(both))
+    drawn = [p for b in _hops_of(next(it) for _ in range(20)) for p in b]
+    assert (drawn.count((0, 2)), drawn.count((0, 3)), drawn.count((1, None))) == (36, 36, 8)
+    with pytest.raises(DataError, match="bare.jsonl: data.stratify is 'hops' but 1 rows have no integer `hops`"):
+        load_prompts(with_prompts(strat, [str(bare)]))
+    with pytest.raises(ConfigError, match="stratify"):
+        load_train_config(GRPOConfig, CONFIG, ["data.stratify=hop"])
 
 
 def test_reference_cache_pairs_by_index_and_round_trips():
@@ -345,6 +380,7 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
         assert not missing, missing
         # The tiny world's questions carry their hop count: r_base of each count present in the batch.
         assert any(k.startswith("reward/base_qa_hops") for k in row), sorted(row)
+        assert sum(v for k, v in row.items() if k.startswith("prompts/qa_hops")) == 4  # the batch's 4 prompts
         # The trainer's log π (temperature 0.7 in the chunked path) against the sampler's recorded log μ.
         assert row["canary/logp_abs_diff_max"] <= 1e-4, row["canary/logp_abs_diff_max"]
         assert abs(row["rollout_corr/kl"]) <= 1e-3
@@ -387,8 +423,9 @@ def test_grpo_with_routing_replay_runs_and_keeps_the_canary(rl_workspace, tmp_pa
 def test_grpo_with_one_shared_reference_per_prompt_and_hop_balance(rl_workspace, tmp_path):
     """rollout.reference=shared end to end: one reference rollout per new prompt instead of G, and the step's
     rewards, loss and canary as with paired references; with advantage_balance=hops each hop count's scale is
-    logged beside its mass share (shares of a batch with signal sum to 1)."""
-    rows = _two_steps(rl_workspace, tmp_path / "shared", "rollout.reference=shared", "advantage_balance=hops")
+    logged beside its mass share (shares of a batch with signal sum to 1); data.stratify=hops draws the prompts."""
+    rows = _two_steps(rl_workspace, tmp_path / "shared", "rollout.reference=shared", "advantage_balance=hops",
+                      "data.stratify=hops")
     assert rows[0]["reference/new_rollouts"] == rows[0]["reference/new_prompts"] == 4
     for row in rows:
         assert row["canary/logp_abs_diff_max"] <= 1e-4 and row["grad_norm"] > 0
