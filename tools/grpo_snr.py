@@ -20,7 +20,10 @@ error of signal² is the jackknife over batches. Between variants, the signal co
 says how much of the configured direction is the r_base direction and how much the shaping's.
 
 Every batch also reports its mixed groups: those with some of their G rollouts right and some wrong, the only ones
-whose r_base advantage is not 0. `--rollouts-only` skips the gradients and reports just these (e.g. to see how the
+whose r_base advantage is not 0. And which term of R pushes the tool calls: over every group of every batch, the
+mean and standard error of cov(Â^term, calls) (searchjax.rewards.calls_covariance: correct, preference, tool,
+length and their total; > 0 a policy-gradient step makes more calls likelier, < 0 fewer), overall and by stratum
+(QA hop count; the `calls_cov` entry of the report). `--rollouts-only` skips the gradients and reports just these (e.g. to see how the
 sampling temperature or G changes them: `rollout.temperature=1.5 rollout.group_size=8`).
 
     JAX_PLATFORMS=cpu python tools/grpo_snr.py --config configs/train/grpo_science.yaml --policy DIR \
@@ -63,6 +66,21 @@ def signal_stats(gram: np.ndarray, rollouts: int) -> dict[str, float | None]:
             "rollouts_for_snr_1": rollouts * (total - signal2) / signal2 if signal2 > 0 else None}
 
 
+def calls_summary(covs: list[dict[str, np.ndarray]], strata: list[str]) -> dict[str, dict[str, float]]:
+    """{"all" | stratum: {term: mean, term_se: its standard error, groups: n}} of the per-group covariances of
+    every batch (`covs`: one dict of [N] arrays per batch; `strata`: each group's stratum, in the same order)."""
+    per = {k: np.concatenate([c[k] for c in covs]) for k in covs[0]}
+    names = np.asarray(strata)
+    out = {}
+    for label, keep in [("all", np.ones(len(names), bool)), *((s, names == s) for s in sorted(set(strata)))]:
+        n = int(keep.sum())
+        out[label] = {"groups": n}
+        for k, v in per.items():
+            out[label][k] = float(v[keep].mean())
+            out[label][f"{k}_se"] = float(v[keep].std(ddof=1) / np.sqrt(n)) if n > 1 else None
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag in ("--config", "--policy", "--reference", "--reward-model", "--index"):
@@ -83,7 +101,8 @@ def main() -> None:
     from searchjax.cli.common import open_search_backend
     from searchjax.losses.advantages import group_advantages
     from searchjax.train.config import load_train_config
-    from searchjax.train.grpo import GRPOConfig, mixed_groups, prepare_grpo, with_prompts
+    from searchjax.rewards import calls_covariance
+    from searchjax.train.grpo import GRPOConfig, mixed_groups, prepare_grpo, prompt_strata, with_prompts
     from searchjax.train.rl import grpo_loss_fn, train_arrays
     from searchjax.train.step import device_batch
 
@@ -91,7 +110,7 @@ def main() -> None:
     cfg = with_prompts(load_train_config(GRPOConfig, args.config, overrides), args.prompts)
     rc = cfg.rewards
     grads: dict[str, list[np.ndarray]] = {v: [] for v in VARIANTS}
-    rows = []
+    rows, covs, strata = [], [], []
     with tempfile.TemporaryDirectory() as out:
         p = prepare_grpo(cfg, args.policy, args.reference, args.reward_model, open_search_backend(args.index), out)
         loop, params = p.loop, p.state.params
@@ -115,6 +134,8 @@ def main() -> None:
                                       buckets=cfg.data.buckets)
                 flat, _ = ravel_pytree(grad_fn(params, device_batch(arrays, loop.mesh)))
                 grads[v].append(np.asarray(flat, np.float32))
+            covs.append({k: np.asarray(v) for k, v in calls_covariance(br, groups.field("tool_calls"), rc).items()})
+            strata.extend(prompt_strata(prompts))
             rows.append({"batch": t + 1, "r_base": float(np.mean(r_base)),
                          "mixed_groups": int(mixed_groups(r_base).sum()),
                          "groups": len(prompts), "s": round(time.perf_counter() - t0, 1)})
@@ -124,7 +145,8 @@ def main() -> None:
     mixed = sum(r["mixed_groups"] for r in rows)
     summary = {"config": args.config, "overrides": args.overrides, "batches": args.batches,
                "rollouts_per_batch": rollouts, "per_batch": rows, "r_base": float(np.mean([r["r_base"] for r in rows])),
-               "mixed_groups": mixed, "groups": sum(r["groups"] for r in rows)}
+               "mixed_groups": mixed, "groups": sum(r["groups"] for r in rows),
+               "calls_cov": calls_summary(covs, strata)}
     if args.rollouts_only:
         return _write(summary, args.out)
     mats = {v: np.stack(grads[v]).astype(np.float64) for v in VARIANTS}

@@ -3,10 +3,12 @@
 from searchjax.rewards.aggregate import (
     RewardBreakdown,
     RolloutRecords,
+    calls_covariance,
     compute_rewards,
     gated_reward,
     linear_reward,
     reward_metrics,
+    reward_terms,
 )
 from searchjax.rewards.answers import (
     answer_correct,
@@ -40,6 +42,7 @@ __all__ = [
     "RewardBreakdown",
     "RewardConfig",
     "RolloutRecords",
+    "calls_covariance",
     "answer_correct",
     "extract_answer",
     "bt_loss",
@@ -59,6 +62,7 @@ __all__ = [
     "qa_correct",
     "qa_r_base",
     "reward_metrics",
+    "reward_terms",
     "rubric_r_base",
     "token_f1",
     "tool_penalty",

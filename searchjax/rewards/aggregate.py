@@ -13,7 +13,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from searchjax.losses.advantages import as_mask, group_advantages
+from searchjax.losses.advantages import as_mask, group_advantages, masked_group_mean
 from searchjax.rewards.config import RewardConfig
 from searchjax.rewards.penalties import (
     draw_tool_baseline,
@@ -149,3 +149,56 @@ def reward_metrics(out: RewardBreakdown) -> dict[str, jax.Array]:
     metrics["frac_groups_with_winner"] = (winners & groups).sum() / jnp.maximum(groups.sum(), 1)
     metrics["n_rollouts"] = mask.sum().astype(jnp.float32)
     return metrics
+
+
+REWARD_TERMS = ("correct", "preference", "tool", "length")
+
+
+def reward_terms(out: RewardBreakdown, cfg: RewardConfig) -> dict[str, jax.Array]:
+    """R split into additive [N, G] terms, R = correct + preference + tool + length on valid rollouts:
+
+        gated:   correct = r_base · s̄_g        preference = r_base · (s − s̄_g)
+        linear:  correct = r_base             preference = w · s
+        tool = −λ_tool · pen_tool             length = −λ_len · pen_len
+
+    s̄_g is the mean s over group g's winners (r_base = 1), so under the gated reward `correct` pays every winner
+    of a group alike (being right) and `preference` is how s ranks the winners among themselves (0 on losers)."""
+    mask, r_base = out.mask, out.r_base
+    if cfg.aggregation == "gated":
+        winners = mask & (r_base > 0.5)
+        s_bar, _ = masked_group_mean(out.preference, winners)
+        correct = r_base * s_bar[:, None]
+    else:
+        correct = r_base
+    terms = {"correct": correct, "preference": out.credit - correct,
+             "tool": -cfg.lambda_tool * out.tool_penalty, "length": -cfg.lambda_len * out.length_penalty}
+    return {k: jnp.where(mask, v, 0.0) for k, v in terms.items()}
+
+
+def calls_covariance(out: RewardBreakdown, calls: jax.Array, cfg: RewardConfig) -> dict[str, jax.Array]:
+    """Which term of R pushes the number of tool calls, and which way: for each term k of `reward_terms` and
+    each group g, the [N] covariance
+
+        cov_k[g] = mean_{i∈g} Â^k_i · (c_i − c̄_g),   Â^k_i = (k_i − mean_{j∈g} k_j) · z_g
+
+    with c_i the rollout's tool calls and z_g = 1 / (std_g R + eps) under rewards.normalize_std (else 1), so the
+    terms' Â^k add up to the Â that `compute_rewards` returns and "total" is its covariance. > 0: the term's
+    advantage is larger on the group's rollouts with more calls, and a policy-gradient step on it makes more
+    calls likelier; < 0: fewer. A diagnostic of the reward's design (which term moves the calls), not a loss."""
+    mask = out.mask
+    calls = jnp.asarray(calls, jnp.float32)
+    c_mean, _ = masked_group_mean(calls, mask)
+    dc = jnp.where(mask, calls - c_mean[:, None], 0.0)
+    if cfg.normalize_std:
+        r_mean, _ = masked_group_mean(out.reward, mask)
+        var, _ = masked_group_mean(jnp.where(mask, out.reward - r_mean[:, None], 0.0) ** 2, mask)
+        z = 1.0 / (jnp.sqrt(var) + cfg.adv_eps)
+    else:
+        z = jnp.ones(mask.shape[:1], jnp.float32)
+    cov = {}
+    for name, term in reward_terms(out, cfg).items():
+        t_mean, _ = masked_group_mean(term, mask)
+        adv = jnp.where(mask, term - t_mean[:, None], 0.0) * z[:, None]
+        cov[name], _ = masked_group_mean(adv * dc, mask)
+    cov["total"] = sum(cov[k] for k in REWARD_TERMS)
+    return cov

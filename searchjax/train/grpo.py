@@ -39,7 +39,7 @@ from searchjax.config import ConfigError, to_dict
 from searchjax.data.jsonl import DataError
 from searchjax.data.pipeline import PipelineConfig, SourceConfig, load_source, mixed_records
 from searchjax.losses.advantages import stratum_balanced_advantages
-from searchjax.rewards.aggregate import RolloutRecords, compute_rewards
+from searchjax.rewards.aggregate import RolloutRecords, calls_covariance, compute_rewards
 from searchjax.rewards.config import RewardConfig
 from searchjax.rollout.agent import AgentConfig, SearchAgent
 from searchjax.rollout.records import REFERENCE, group_records
@@ -361,6 +361,19 @@ def balance_advantages(cfg: GRPOConfig, prompts, advantages) -> tuple[np.ndarray
     return np.asarray(balanced, np.float32), m
 
 
+def calls_metrics(cfg: GRPOConfig, prompts, groups, out) -> dict[str, float]:
+    """calls_cov/{term}: which term of R pushes the batch's tool calls, and which way (`calls_covariance`: mean
+    over the batch's groups of cov(Â^term, calls); > 0 more calls, < 0 fewer), for term in correct, preference,
+    tool, length and total (the Â computed, before any advantage balance); calls_cov/{term}_{stratum} the same
+    over each stratum's groups (`prompt_strata`)."""
+    cov = {k: np.asarray(v) for k, v in calls_covariance(out, groups.field("tool_calls"), cfg.rewards).items()}
+    names = np.asarray(prompt_strata(prompts))
+    m = {f"calls_cov/{k}": float(v.mean()) for k, v in cov.items()}
+    for stratum in sorted(set(names)):
+        m.update({f"calls_cov/{k}_{stratum}": float(v[names == stratum].mean()) for k, v in cov.items()})
+    return m
+
+
 def check_replicated(records, t: int) -> None:
     """Every process must have produced the same rollouts (each trains on its rows of them): compare a digest of
     every record's tokens, log-probs and routes across processes, and fail naming the step when they differ."""
@@ -524,6 +537,7 @@ class GRPOLoop:
         m = rollout_metrics(prompts, groups, self.cache, r_base, out)
         m.update(_summary(advantages, "advantages"))  # what the batch trained on
         m.update(balance_m)
+        m.update(calls_metrics(cfg, prompts, groups, out))
         m.update(train_m)
         m.update(timing)
         m["timing_s/step"] = sum(timing.values())

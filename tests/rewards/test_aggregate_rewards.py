@@ -11,12 +11,15 @@ from hypothesis import strategies as st
 
 from searchjax.config import configs_dir, load_yaml
 from searchjax.rewards import (
+    RewardBreakdown,
     RewardConfig,
     RolloutRecords,
+    calls_covariance,
     compute_rewards,
     gated_reward,
     linear_reward,
     reward_metrics,
+    reward_terms,
 )
 from searchjax.rewards.reference import draw_baselines_python, reference_rewards
 
@@ -152,3 +155,41 @@ def test_mismatched_record_shapes_raise():
 def test_shipped_reward_config_loads():
     cfg = load_yaml(RewardConfig, configs_dir() / "rewards" / "default.yaml")
     assert cfg == RewardConfig()
+
+
+def test_calls_covariance_by_hand():
+    """One group, gated, centred only: r_base [1, 1, 0, 0], s [.8, .6, .3, .9] (s̄_W = .7), pen_tool
+    [0, 1, .1, .5] at λ_tool .1, calls [2, 4, 1, 3] (c̄ 2.5): correct +.175, preference −.05, tool −.04."""
+    cfg = RewardConfig(normalize_std=False, lambda_tool=0.1, lambda_len=0.0)
+    r_base, s = jnp.asarray([[1.0, 1, 0, 0]]), jnp.asarray([[0.8, 0.6, 0.3, 0.9]])
+    tool, zero = jnp.asarray([[0.0, 1, 0.1, 0.5]]), jnp.zeros((1, 4))
+    credit = r_base * s
+    out = RewardBreakdown(reward=credit - 0.1 * tool, advantages=zero, r_base=r_base, preference=s, credit=credit,
+                          tool_penalty=tool, length_penalty=zero + 0.3, efficiency_penalty=0.1 * tool,
+                          tool_baseline=jnp.zeros(1), mask=jnp.ones((1, 4), bool))
+    cov = {k: float(v[0]) for k, v in calls_covariance(out, jnp.asarray([[2, 4, 1, 3]]), cfg).items()}
+    assert cov == pytest.approx({"correct": 0.175, "preference": -0.05, "tool": -0.04, "length": 0.0,
+                                 "total": 0.085}, abs=1e-6)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "ablations"])
+@settings(max_examples=30, deadline=None)
+@given(batch=records(), seed=st.integers(0, 2**31 - 1))
+def test_reward_terms_add_up_to_r_and_their_covariances_to_the_advantages(cfg, batch, seed):
+    out = _compute(batch, cfg, jax.random.PRNGKey(seed))
+    terms = reward_terms(out, cfg)
+    np.testing.assert_allclose(sum(np.asarray(v) for v in terms.values()), out.reward, atol=1e-5)
+    if cfg.aggregation == "gated":  # the gate: a loser's preference term is 0
+        np.testing.assert_array_equal(np.asarray(terms["preference"])[np.asarray(out.r_base) < 0.5], 0.0)
+    mask = np.asarray(out.mask)
+    calls = np.asarray(batch.calls, np.float32)
+    expected = []
+    for g in range(N):  # the covariance of the Â compute_rewards returns with the calls, group by group
+        m = mask[g]
+        dc = calls[g][m] - calls[g][m].mean() if m.any() else calls[g][m]
+        expected.append(float(np.mean(np.asarray(out.advantages)[g][m] * dc)) if m.any() else 0.0)
+    cov = calls_covariance(out, batch.calls, cfg)
+    # where the group std is tiny Â amplifies rounding (as above): compare groups whose rewards spread
+    spread = np.array([np.ptp(np.asarray(out.reward)[g][mask[g]]) if mask[g].any() else 1.0 for g in range(N)])
+    keep = spread > 1e-2
+    np.testing.assert_allclose(np.asarray(cov["total"])[keep], np.asarray(expected)[keep], rtol=1e-4, atol=1e-4)

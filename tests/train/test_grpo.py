@@ -381,6 +381,8 @@ def test_grpo_end_to_end_metrics_canary_sync_and_export(grpo_run):
         # The tiny world's questions carry their hop count: r_base of each count present in the batch.
         assert any(k.startswith("reward/base_qa_hops") for k in row), sorted(row)
         assert sum(v for k, v in row.items() if k.startswith("prompts/qa_hops")) == 4  # the batch's 4 prompts
+        terms = [row[f"calls_cov/{t}"] for t in ("correct", "preference", "tool", "length")]
+        assert row["calls_cov/total"] == pytest.approx(sum(terms), abs=1e-6) and np.all(np.isfinite(terms))
         # The trainer's log π (temperature 0.7 in the chunked path) against the sampler's recorded log μ.
         assert row["canary/logp_abs_diff_max"] <= 1e-4, row["canary/logp_abs_diff_max"]
         assert abs(row["rollout_corr/kl"]) <= 1e-3
@@ -464,6 +466,11 @@ def test_grpo_snr_tool_builds_the_run_and_reports_every_variant(rl_workspace, tm
     only = json.loads(r.stdout[r.stdout.index("{\n"):])
     assert "variants" not in only and only["groups"] == 3 * cfg.batch_size
     assert only["per_batch"] == [{**b, "s": o["s"]} for b, o in zip(rep["per_batch"], only["per_batch"])]
+    cov = only["calls_cov"]  # which term of R pushes the calls: every group, then by hop count
+    assert cov["all"]["groups"] == 3 * cfg.batch_size == sum(v["groups"] for k, v in cov.items() if k != "all")
+    terms = ("correct", "preference", "tool", "length")
+    assert cov["all"]["total"] == pytest.approx(sum(cov["all"][t] for t in terms), abs=1e-6)
+    assert cov == rep["calls_cov"]  # the same batches with or without the gradients
 
 
 @pytest.mark.slow
