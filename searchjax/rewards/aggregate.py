@@ -9,6 +9,8 @@ into final rewards, GRPO advantages and every component for logging, in one pure
 
 from __future__ import annotations
 
+import functools
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -186,19 +188,14 @@ def calls_covariance(out: RewardBreakdown, calls: jax.Array, cfg: RewardConfig) 
     advantage is larger on the group's rollouts with more calls, and a policy-gradient step on it makes more
     calls likelier; < 0: fewer. A diagnostic of the reward's design (which term moves the calls), not a loss."""
     mask = out.mask
-    calls = jnp.asarray(calls, jnp.float32)
-    c_mean, _ = masked_group_mean(calls, mask)
-    dc = jnp.where(mask, calls - c_mean[:, None], 0.0)
+    centred = functools.partial(group_advantages, mask=mask, normalize_std=False)
+    dc = centred(jnp.asarray(calls, jnp.float32))
+    z = jnp.ones(mask.shape[:1], jnp.float32)
     if cfg.normalize_std:
-        r_mean, _ = masked_group_mean(out.reward, mask)
-        var, _ = masked_group_mean(jnp.where(mask, out.reward - r_mean[:, None], 0.0) ** 2, mask)
+        var, _ = masked_group_mean(centred(out.reward) ** 2, mask)
         z = 1.0 / (jnp.sqrt(var) + cfg.adv_eps)
-    else:
-        z = jnp.ones(mask.shape[:1], jnp.float32)
     cov = {}
     for name, term in reward_terms(out, cfg).items():
-        t_mean, _ = masked_group_mean(term, mask)
-        adv = jnp.where(mask, term - t_mean[:, None], 0.0) * z[:, None]
-        cov[name], _ = masked_group_mean(adv * dc, mask)
+        cov[name], _ = masked_group_mean(centred(term) * z[:, None] * dc, mask)
     cov["total"] = sum(cov[k] for k in REWARD_TERMS)
     return cov

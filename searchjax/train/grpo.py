@@ -124,8 +124,8 @@ class RLData:
     the policy never solves give all-wrong groups, whose r_base advantage is 0; RESULTS.md, session 21); None keeps
     every row. stratify: "hops" splits each QA source by hop count into parts of equal weight, so every hop count
     gets the same share of the prompts and the batches take them in turn (`mix_sources`); "none" draws the QA rows
-    as one pool, each batch's hop counts by chance. judge: "rule" (offline) or "llm" (judge_url, judge_model: an OpenAI-compatible endpoint) for rubric
-    prompts. buckets: padded widths of the training batch.
+    as one pool, each batch's hop counts by chance. judge: "rule" (offline) or "llm" (judge_url, judge_model: an
+    OpenAI-compatible endpoint) for rubric prompts. buckets: padded widths of the training batch.
     """
 
     sources: tuple[SourceConfig, ...] = ()
