@@ -23,7 +23,11 @@ Every batch also reports its mixed groups: those with some of their G rollouts r
 whose r_base advantage is not 0. And which term of R pushes the tool calls: over every group of every batch, the
 mean and standard error of cov(Â^term, calls) (searchjax.rewards.calls_covariance: correct, preference, tool,
 length and their total; > 0 a policy-gradient step makes more calls likelier, < 0 fewer), overall and by stratum
-(QA hop count; the `calls_cov` entry of the report). `--rollouts-only` skips the gradients and reports just these (e.g. to see how the
+(QA hop count; the `calls_cov` entry of the report). And which part of the reward model's score moves with the
+calls (`rm_logit`): the preference logit Δ̄(x, y_i, y_ref,i) (s = σ(Δ̄)) split into the value head's part and the
+likelihood term's β · (ℓ_y − ℓ_ref) (PreferenceScorer.logit_parts), each part's within-group covariance with the
+calls (mean ± SE over groups, as above) and its pooled slope per call, Σ_g cov_g / Σ_g var_g(calls): how much one
+more search changes the logit in the groups. `--rollouts-only` skips the gradients and reports just these (e.g. to see how the
 sampling temperature or G changes them: `rollout.temperature=1.5 rollout.group_size=8`).
 
     JAX_PLATFORMS=cpu python tools/grpo_snr.py --config configs/train/grpo_science.yaml --policy DIR \
@@ -81,6 +85,19 @@ def calls_summary(covs: list[dict[str, np.ndarray]], strata: list[str]) -> dict[
     return out
 
 
+def per_call_slopes(covs: list[dict[str, np.ndarray]], var_calls: list[np.ndarray],
+                    strata: list[str]) -> dict[str, dict[str, float | None]]:
+    """{"all" | stratum: {part: Σ_g cov_g / Σ_g var_g(calls)}}: the pooled within-group regression slope of each
+    part on the tool calls (None where no group's calls vary)."""
+    per = {k: np.concatenate([c[k] for c in covs]) for k in covs[0]}
+    var, names = np.concatenate(var_calls), np.asarray(strata)
+    out = {}
+    for label, keep in [("all", np.ones(len(names), bool)), *((s, names == s) for s in sorted(set(strata)))]:
+        den = float(var[keep].sum())
+        out[label] = {k: float(v[keep].sum()) / den if den > 0 else None for k, v in per.items()}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag in ("--config", "--policy", "--reference", "--reward-model", "--index"):
@@ -101,7 +118,7 @@ def main() -> None:
     from searchjax.cli.common import open_search_backend
     from searchjax.losses.advantages import group_advantages
     from searchjax.train.config import load_train_config
-    from searchjax.rewards import calls_covariance
+    from searchjax.rewards import calls_covariance, group_covariance
     from searchjax.train.grpo import GRPOConfig, mixed_groups, prepare_grpo, prompt_strata, with_prompts
     from searchjax.train.rl import grpo_loss_fn, train_arrays
     from searchjax.train.step import device_batch
@@ -110,7 +127,7 @@ def main() -> None:
     cfg = with_prompts(load_train_config(GRPOConfig, args.config, overrides), args.prompts)
     rc = cfg.rewards
     grads: dict[str, list[np.ndarray]] = {v: [] for v in VARIANTS}
-    rows, covs, strata = [], [], []
+    rows, covs, strata, logit_covs, var_calls = [], [], [], [], []
     with tempfile.TemporaryDirectory() as out:
         p = prepare_grpo(cfg, args.policy, args.reference, args.reward_model, open_search_backend(args.index), out)
         loop, params = p.loop, p.state.params
@@ -134,7 +151,14 @@ def main() -> None:
                                       buckets=cfg.data.buckets)
                 flat, _ = ravel_pytree(grad_fn(params, device_batch(arrays, loop.mesh)))
                 grads[v].append(np.asarray(flat, np.float32))
-            covs.append({k: np.asarray(v) for k, v in calls_covariance(br, groups.field("tool_calls"), rc).items()})
+            calls = groups.field("tool_calls")
+            covs.append({k: np.asarray(v) for k, v in calls_covariance(br, calls, rc).items()})
+            scorer = loop.actors.scorer  # the reward model's logit on the same triples, in its two parts
+            parts = scorer.logit_parts(loop.actors.inputs.triples(prompts, groups.grid, loop.cache,
+                                                                  scorer.needs_masks))
+            logit_covs.append({k: np.asarray(group_covariance(v.reshape(len(prompts), g), calls, mask))
+                               for k, v in parts.items()})
+            var_calls.append(np.asarray(group_covariance(calls, calls, mask)))
             strata.extend(prompt_strata(prompts))
             rows.append({"batch": t + 1, "r_base": float(np.mean(r_base)),
                          "mixed_groups": int(mixed_groups(r_base).sum()),
@@ -146,7 +170,9 @@ def main() -> None:
     summary = {"config": args.config, "overrides": args.overrides, "batches": args.batches,
                "rollouts_per_batch": rollouts, "per_batch": rows, "r_base": float(np.mean([r["r_base"] for r in rows])),
                "mixed_groups": mixed, "groups": sum(r["groups"] for r in rows),
-               "calls_cov": calls_summary(covs, strata)}
+               "calls_cov": calls_summary(covs, strata),
+               "rm_logit": {"calls_cov": calls_summary(logit_covs, strata),
+                            "per_call": per_call_slopes(logit_covs, var_calls, strata)}}
     if args.rollouts_only:
         return _write(summary, args.out)
     mats = {v: np.stack(grads[v]).astype(np.float64) for v in VARIANTS}

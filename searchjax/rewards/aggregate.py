@@ -177,6 +177,17 @@ def reward_terms(out: RewardBreakdown, cfg: RewardConfig) -> dict[str, jax.Array
     return {k: jnp.where(mask, v, 0.0) for k, v in terms.items()}
 
 
+def group_covariance(a: jax.Array, b: jax.Array, mask: jax.Array) -> jax.Array:
+    """The [N] within-group covariance of a and b [N, G] over each group's valid rollouts (population form),
+
+        cov[g] = mean_{i∈g} (a_i − ā_g)(b_i − b̄_g),
+
+    each centred by `group_advantages` (normalize_std=False); 0 for an empty group, var(a) for b = a."""
+    centred = functools.partial(group_advantages, mask=mask, normalize_std=False)
+    cov, _ = masked_group_mean(centred(jnp.asarray(a, jnp.float32)) * centred(jnp.asarray(b, jnp.float32)), mask)
+    return cov
+
+
 def calls_covariance(out: RewardBreakdown, calls: jax.Array, cfg: RewardConfig) -> dict[str, jax.Array]:
     """Which term of R pushes the number of tool calls, and which way: for each term k of `reward_terms` and
     each group g, the [N] covariance
@@ -188,14 +199,9 @@ def calls_covariance(out: RewardBreakdown, calls: jax.Array, cfg: RewardConfig) 
     advantage is larger on the group's rollouts with more calls, and a policy-gradient step on it makes more
     calls likelier; < 0: fewer. A diagnostic of the reward's design (which term moves the calls), not a loss."""
     mask = out.mask
-    centred = functools.partial(group_advantages, mask=mask, normalize_std=False)
-    dc = centred(jnp.asarray(calls, jnp.float32))
     z = jnp.ones(mask.shape[:1], jnp.float32)
     if cfg.normalize_std:
-        var, _ = masked_group_mean(centred(out.reward) ** 2, mask)
-        z = 1.0 / (jnp.sqrt(var) + cfg.adv_eps)
-    cov = {}
-    for name, term in reward_terms(out, cfg).items():
-        cov[name], _ = masked_group_mean(centred(term) * z[:, None] * dc, mask)
+        z = 1.0 / (jnp.sqrt(group_covariance(out.reward, out.reward, mask)) + cfg.adv_eps)
+    cov = {name: group_covariance(term, calls, mask) * z for name, term in reward_terms(out, cfg).items()}
     cov["total"] = sum(cov[k] for k in REWARD_TERMS)
     return cov

@@ -371,16 +371,21 @@ class Scorer:
         return self.row_deltas(params, tokens, lengths, mask, remat=remat, return_aux=return_aux)
 
     def row_deltas(self, params: RewardParams, tokens: jax.Array, lengths: jax.Array, mask: jax.Array | None = None,
-                   *, remat: bool = False, return_aux: bool = False):
+                   *, remat: bool = False, return_aux: bool = False, parts: bool = False):
         """(Δ(x, a, b), Δ(x, b, a)), float32 [B] each, from one forward over 2B rows already laid out: tokens
         [2B, W] holds the B pairs' first rows of `rows`, then their B second rows; lengths [2B]; mask [2B, W] the
         rows' assistant masks of `mask_rows` (the likelihood term; None without it). With return_aux=True returns
-        ((Δ_ab, Δ_ba), aux) as `values` gives aux.
+        ((Δ_ab, Δ_ba), aux) as `values` gives aux. With parts=True the tuple gains a third entry, the likelihood
+        part of the order average Δ̄(x, a, b) = ½[Δ(x, a, b) − Δ(x, b, a)]: β · (ℓ_a − ℓ_b) for either scorer
+        (pointwise: Δ̄ = u_a − u_b + β(ℓ_a − ℓ_b); pairwise: Δ̄ = ½(u₁ − u₂) + β(ℓ_a − ℓ_b), module docstring), so
+        Δ̄ minus it is the value head's part; zeros without the likelihood term.
         """
         out = values(params, tokens, lengths, self.cfg, mask=mask, remat=remat, return_aux=return_aux, parts=True)
         (v, lik), aux = out if return_aux else (out, None)
         n = tokens.shape[0] // 2
         d = self.combine(v[:n], v[n:], lik[:n], lik[n:])
+        if parts:
+            d = (*d, lik[:n] - lik[n:])
         return (d, aux) if return_aux else d
 
     def delta(self, params: RewardParams, x: Segment, a: Segment, b: Segment) -> jax.Array:

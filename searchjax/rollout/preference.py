@@ -92,10 +92,11 @@ class PreferenceScorer:
         return self.scorer.likelihood
 
     def _both_orders(self, params, tokens, lengths, swap, mask=None):
-        """(P̄, Δ(x, a, b), Δ(x, b, a)) [P] from rows [first rows of the P pairs; their second rows]."""
-        first, second = self.scorer.row_deltas(params, tokens, lengths, mask)
+        """(P̄, Δ(x, a, b), Δ(x, b, a), the likelihood part of Δ̄(x, a, b)) [P] from rows [first rows of the P
+        pairs; their second rows] (`Scorer.row_deltas` with parts=True)."""
+        first, second, lik = self.scorer.row_deltas(params, tokens, lengths, mask, parts=True)
         d_ab, d_ba = jnp.where(swap, second, first), jnp.where(swap, first, second)
-        return averaged_preference(d_ab, d_ba), d_ab, d_ba
+        return averaged_preference(d_ab, d_ba), d_ab, d_ba, jnp.where(swap, -lik, lik)
 
     def bucket(self, length: int) -> int:
         """The smallest bucket holding `length` tokens (ValueError past the largest)."""
@@ -144,14 +145,28 @@ class PreferenceScorer:
                     mask[j, : len(m1)], mask[b + j, : len(m2)] = m1, m2
             yield idx, tokens, lengths, swap, mask
 
-    def deltas_ids(self, triples: Sequence[Triple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(P̄, Δ(x, a, b), Δ(x, b, a)), float32 [N] each, for token-id triples (x, a, b)."""
-        out = np.zeros((3, len(triples)), np.float32)
+    def _run(self, triples: Sequence[Triple]) -> np.ndarray:
+        """`_both_orders`' four results, float32 [4, N], for token-id triples (x, a, b)."""
+        out = np.zeros((4, len(triples)), np.float32)
         pending = [(idx, self._forward(self.params, tokens, lengths, swap, mask))  # dispatched, not yet fetched
                    for idx, tokens, lengths, swap, mask in self._batches(triples)]
         for idx, result in pending:
             out[:, idx] = np.stack([np.asarray(r) for r in result])[:, : len(idx)]
-        return out[0], out[1], out[2]
+        return out
+
+    def deltas_ids(self, triples: Sequence[Triple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(P̄, Δ(x, a, b), Δ(x, b, a)), float32 [N] each, for token-id triples (x, a, b)."""
+        p, d_ab, d_ba, _ = self._run(triples)
+        return p, d_ab, d_ba
+
+    def logit_parts(self, triples: Sequence[Triple]) -> dict[str, np.ndarray]:
+        """The preference logit Δ̄(x, a, b) (P̄ = σ(Δ̄)) of token-id triples and its two parts, float32 [N] each:
+        "likelihood", β · (ℓ_a − ℓ_b) of the likelihood term (0 without it), and "head", the value head's rest,
+        Δ̄ − likelihood (`Scorer.row_deltas`). Which part moves with a response's length or tool calls says
+        what the reward model rewards in rollouts unlike its training pairs."""
+        _, d_ab, d_ba, lik = self._run(triples)
+        logit = 0.5 * (d_ab - d_ba)
+        return {"logit": logit, "head": logit - lik, "likelihood": lik}
 
     def score_ids(self, triples: Sequence[Triple]) -> np.ndarray:
         """P̄(x, a, b), float32 [N], for token-id triples (x, a, b)."""

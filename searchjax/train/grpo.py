@@ -154,11 +154,13 @@ class GRPOConfig(TrainConfig):
     """GRPO stage config (configs/train/grpo_*.yaml). `steps` counts rollout batches, `batch_size` prompts per
     batch (N; the batch has N·G rollouts); `minibatches` optimizer steps per rollout batch (1 = on-policy; more
     is the PPO-style ablation, with rewards.clip_eps for the clip). rewards: every coefficient and ablation
-    switch of RECIPE.md §2/§4. scorer_*: the reward model's batching. advantage_balance: "hops" rescales each
-    group's advantages so that every stratum of the batch's prompts (QA prompts by hop count, rubric prompts
-    apart: `prompt_strata`) carries the same advantage mass, each stratum's scale capped at balance_max_scale
-    (`stratum_balanced_advantages`; an ablation, not in the write-up); "none" (the default) trains on Â as
-    computed."""
+    switch of RECIPE.md §2/§4. scorer_batch_pairs, scorer_buckets: the reward model's batching;
+    scorer_likelihood_turns: which assistant turns a reward model's likelihood term sums over ("last", the
+    default: the final turn, as the preference pairs were written; "all": every turn, searches included;
+    `PreferenceInputs`). advantage_balance: "hops" rescales each group's advantages so that every stratum of the
+    batch's prompts (QA prompts by hop count, rubric prompts apart: `prompt_strata`) carries the same advantage
+    mass, each stratum's scale capped at balance_max_scale (`stratum_balanced_advantages`; an ablation, not in the
+    write-up); "none" (the default) trains on Â as computed."""
 
     rollout: RolloutSettings = RolloutSettings()
     data: RLData = RLData()
@@ -168,6 +170,7 @@ class GRPOConfig(TrainConfig):
     router_aux_loss_coef: float | None = None
     scorer_batch_pairs: int = 8
     scorer_buckets: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
+    scorer_likelihood_turns: Literal["last", "all"] = "last"
     advantage_balance: Literal["none", "hops"] = "none"
     balance_max_scale: float = 4.0
 
@@ -620,7 +623,8 @@ def build_actors(cfg: GRPOConfig, start, reference: Path, reward_model: Path, ba
     agent_cfg = r.agent()
     return Actors(engine=engine, policy=SearchAgent(policy_driver, backend, agent_cfg),
                   reference=SearchAgent(ref_driver, backend, agent_cfg), scorer=scorer,
-                  inputs=PreferenceInputs(start.tokenizer.encode, r.enable_thinking), judge=make_judge(cfg.data))
+                  inputs=PreferenceInputs(start.tokenizer.encode, r.enable_thinking, cfg.scorer_likelihood_turns),
+                  judge=make_judge(cfg.data))
 
 
 @dataclasses.dataclass

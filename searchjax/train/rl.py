@@ -203,16 +203,35 @@ def opened_turn_mask(ids: Sequence[int], mask: Sequence[int], gen: Sequence[int]
     return out
 
 
+def last_turn_mask(ids: Sequence[int], mask: Sequence[int], header: Sequence[int]) -> list[int]:
+    """`mask` with every entry before the last occurrence of the turn header `header` in `ids` set to 0: only the
+    last turn's tokens stay marked (all of `mask` when the header never occurs)."""
+    n, start = len(header), 0
+    for p in range(len(ids) - n, -1, -1):
+        if list(ids[p:p + n]) == list(header):
+            start = p
+            break
+    return [0] * start + [int(m) for m in mask[start:]]
+
+
 class PreferenceInputs:
     r"""Token-id triples (x, a, b) for the reward model from rollout records, in the layout the reward model was
     trained on (`searchjax.data.preferences.encode_prompt_response`): x is the prompt rendered without the tool
     schema, through its last <|im_end|>\n; a and b are the generation prompt followed by everything the rollout
     appended after its prompt (its turns, tool calls and tool responses, token for token). With masks, each
     response's assistant mask as the template's: the generated tokens and each turn's opening after
-    "<|im_start|>assistant\n" (`opened_turn_mask`)."""
+    "<|im_start|>assistant\n" (`opened_turn_mask`).
 
-    def __init__(self, encode, enable_thinking: bool = True):
-        self.encode, self.enable_thinking = encode, enable_thinking
+    likelihood_turns: which assistant turns the mask marks, i.e. whose log-likelihood a reward model's likelihood
+    term sums (searchjax.rewards.reward_model). "last": only the final turn (the answer and its thinking), as in
+    the preference pairs `searchjax data preferences` writes, whose responses are the final turn with the searches
+    in the prompt; "all": every turn, search calls included, so the sum grows with every search (on the science
+    pipeline's reward model, by about 14 logits of Δ̄ per search at the SFT weights: RESULTS.md, session 30)."""
+
+    def __init__(self, encode, enable_thinking: bool = True, likelihood_turns: str = "last"):
+        if likelihood_turns not in ("last", "all"):
+            raise ValueError(f"likelihood_turns: expected 'last' or 'all', got {likelihood_turns!r}")
+        self.encode, self.enable_thinking, self.likelihood_turns = encode, enable_thinking, likelihood_turns
         self._cache: dict[str, tuple[list[int], list[int]]] = {}
         self._header = encode(IM_START + "assistant\n")
 
@@ -252,8 +271,11 @@ class PreferenceInputs:
                         raise ValueError(f"reference cache: prompt {prompt.prompt_id!r} has no loss masks (a cache "
                                          "saved before they were kept); the likelihood term needs them")
                     zero, opened = [0] * len(gen), self.opened(gen)
-                    triple += (opened_turn_mask(a, zero + list(rec.loss_mask[rec.prompt_length:]), gen, opened),
-                               opened_turn_mask(b, zero + list(ref.mask), gen, opened))
+                    pair = (opened_turn_mask(a, zero + list(rec.loss_mask[rec.prompt_length:]), gen, opened),
+                            opened_turn_mask(b, zero + list(ref.mask), gen, opened))
+                    if self.likelihood_turns == "last":
+                        pair = (last_turn_mask(a, pair[0], self._header), last_turn_mask(b, pair[1], self._header))
+                    triple += pair
                 out.append(triple)
         return out
 

@@ -17,6 +17,7 @@ from searchjax.rewards import (
     calls_covariance,
     compute_rewards,
     gated_reward,
+    group_covariance,
     linear_reward,
     reward_metrics,
     reward_terms,
@@ -155,6 +156,21 @@ def test_mismatched_record_shapes_raise():
 def test_shipped_reward_config_loads():
     cfg = load_yaml(RewardConfig, configs_dir() / "rewards" / "default.yaml")
     assert cfg == RewardConfig()
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=hnp.arrays(np.float32, (3, 5), elements=st.floats(-10, 10, width=32)),
+       b=hnp.arrays(np.float32, (3, 5), elements=st.floats(-10, 10, width=32)),
+       mask=hnp.arrays(np.bool_, (3, 5)))
+def test_group_covariance_is_numpys_population_covariance_over_each_groups_valid_rollouts(a, b, mask):
+    got = np.asarray(group_covariance(jnp.asarray(a), jnp.asarray(b), jnp.asarray(mask)))
+    for g in range(3):
+        m = mask[g]
+        want = np.cov(a[g][m], b[g][m], bias=True)[0, 1] if m.sum() > 1 else 0.0
+        assert got[g] == pytest.approx(want, rel=1e-4, abs=1e-3)
+    np.testing.assert_allclose(group_covariance(jnp.asarray(a), jnp.asarray(a), jnp.asarray(mask)),
+                               [np.var(a[g][mask[g]]) if mask[g].any() else 0.0 for g in range(3)],
+                               rtol=1e-4, atol=1e-3)
 
 
 def test_calls_covariance_by_hand():

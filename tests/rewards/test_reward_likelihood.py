@@ -205,6 +205,39 @@ def test_preference_scorer_reads_masks_and_matches_the_pure_scorer(model, kind):
         scorer.score_ids([t[:3] for t in triples])
 
 
+@pytest.mark.parametrize("kind", ["pointwise", "pairwise"])
+def test_logit_parts_split_the_preference_logit_into_head_and_likelihood(model, kind):
+    """logit_parts: σ(logit) is P̄; the parts add up to it; with β = 0 it is all head, with a zero head all
+    likelihood; pointwise, the likelihood part is β · (ℓ_a − ℓ_b) of each response's own row."""
+    cfg, params = model
+    pure = make_scorer(kind, cfg, PAIR if kind == "pairwise" else None, likelihood=True)
+    prompts = ["Is the sky blue?", "Name a city.", "Count to three."]
+    rollouts, references = ["Yes, it is.", "Paris.", "one two three"], ["No.", "Berlin, I think.", "1 2 3"]
+
+    def parts(prm):
+        scorer = PreferenceScorer(prm, pure, char_encode, batch_pairs=2, buckets=(128, 256))
+        triples = scorer.encode_triples(prompts, rollouts, references)
+        return scorer.score_ids(triples), scorer.logit_parts(triples), triples
+
+    p, got, triples = parts(params)
+    np.testing.assert_allclose(jax.nn.sigmoid(got["logit"]), p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["head"] + got["likelihood"], got["logit"], rtol=1e-5, atol=1e-5)
+    assert np.all(np.abs(got["likelihood"]) > 1e-3) and np.all(np.abs(got["head"]) > 1e-3)
+    _, no_beta, _ = parts(params.replace(likelihood_weight=jnp.float32(0.0)))
+    np.testing.assert_array_equal(no_beta["likelihood"], 0.0)
+    np.testing.assert_allclose(no_beta["head"], no_beta["logit"], rtol=1e-6)
+    np.testing.assert_allclose(no_beta["head"], got["head"], rtol=1e-4, atol=1e-4)  # β moves only its own part
+    _, no_head, _ = parts(params.replace(head=jnp.zeros_like(params.head)))
+    np.testing.assert_allclose(no_head["head"], 0.0, atol=1e-5)
+    np.testing.assert_allclose(no_head["likelihood"], got["likelihood"], rtol=1e-4, atol=1e-4)
+    if kind == "pointwise":
+        for i, (x, a, b, ma, mb) in enumerate(triples):
+            lik = [values(params, jnp.asarray([x + r], jnp.int32), jnp.asarray([len(x) + len(r)], jnp.int32), cfg,
+                          mask=jnp.asarray([[0] * len(x) + m], jnp.int32), parts=True)[1][0]
+                   for r, m in ((a, ma), (b, mb))]
+            assert got["likelihood"][i] == pytest.approx(float(lik[0] - lik[1]), rel=1e-4, abs=1e-4)
+
+
 def test_grpo_triples_carry_the_records_loss_masks_and_the_cache_keeps_them():
     from searchjax.rollout.records import RolloutRecord
     from searchjax.train.rl import ReferenceCache, ReferenceRollout
@@ -268,8 +301,19 @@ def test_grpo_masks_equal_the_masks_the_reward_model_was_trained_with():
                         response_length=sum(loss_mask), answer="Paris", finish_reason="stop")
     rec.check()
     item = RLPrompt(PromptItem("p", tuple(prompt)), "qa", {})
-    (x, a, b, ma, mb), = PreferenceInputs(char_encode).triples([item], [[rec]], ReferenceCache(
-        1, {"p": [ReferenceRollout.of(rec)]}), masks=True)
+    cache = ReferenceCache(1, {"p": [ReferenceRollout.of(rec)]})
+    (x, a, b, ma, mb), = PreferenceInputs(char_encode, likelihood_turns="all").triples([item], [[rec]], cache,
+                                                                                        masks=True)
     want_x, (want_a,), (want_mask,) = encode_prompt_response(char_encode, prompt, [response], masks=True)
     assert (x, a, b) == (want_x, want_a, want_a) and ma == mb == list(want_mask)
     assert sum(ma) == sum(loss_mask) + 2 * len("<think>\n") > 0  # the openings of both turns were added
+    # "last" (the default): only the final turn, as a preference pair whose prompt holds the search and whose
+    # response is the answer turn marks it
+    (x2, a2, b2, la, lb), = PreferenceInputs(char_encode).triples([item], [[rec]], cache, masks=True)
+    _, (final,), (final_mask,) = encode_prompt_response(char_encode, [*prompt, *response[:-1]], [response[-1:]],
+                                                        masks=True)
+    assert (x2, a2, b2) == (x, a, b) and la == lb and len(la) == len(a)
+    assert la == [0] * (len(a) - len(final)) + list(final_mask) and list(a[-len(final):]) == list(final)
+    assert 0 < sum(la) < sum(ma) and "".join(chr(i - 1) for i, m in zip(a, la) if m).startswith("<think>")
+    with pytest.raises(ValueError, match="likelihood_turns: expected 'last' or 'all', got 'first'"):
+        PreferenceInputs(char_encode, likelihood_turns="first")

@@ -37,3 +37,27 @@ def test_pure_noise_has_no_signal_and_zero_gradients_give_none():
     zero = grpo_snr.signal_stats(np.zeros((4, 4)), rollouts=16)
     assert zero["signal_share"] is None and zero["mean_cos_between_batches"] is None
     assert zero["rollouts_for_snr_1"] is None
+
+
+def test_per_call_slopes_recover_a_within_group_slope_and_ignore_group_offsets():
+    """Two strata; in every group logit = offset_g + slope · calls + noise, the head part carrying −0.5 per call
+    and the likelihood part the rest; groups whose calls never vary add nothing (and alone give None)."""
+    from searchjax.rewards import group_covariance
+
+    rng = np.random.default_rng(2)
+    n, g = 40, 8
+    calls = rng.integers(0, 6, (n, g)).astype(np.float32)
+    calls[-1] = 3.0  # a group whose calls do not vary
+    slope = np.where(np.arange(n) < n // 2, -2.0, 1.0)[:, None]  # stratum "a": −2 per call, "b": +1
+    head = -0.5 * calls + rng.normal(size=(n, 1)) * 5
+    lik = (slope + 0.5) * calls + rng.normal(scale=0.01, size=(n, g))
+    mask = np.ones((n, g), bool)
+    parts = {"head": head, "likelihood": lik, "logit": head + lik}
+    covs = [{k: np.asarray(group_covariance(v, calls, mask)) for k, v in parts.items()}]
+    var = [np.asarray(group_covariance(calls, calls, mask))]
+    strata = ["a"] * (n // 2) + ["b"] * (n // 2)
+    out = grpo_snr.per_call_slopes(covs, var, strata)
+    assert out["a"]["logit"] == pytest.approx(-2.0, abs=0.01) and out["b"]["logit"] == pytest.approx(1.0, abs=0.01)
+    assert out["a"]["head"] == pytest.approx(-0.5, abs=1e-4) and out["b"]["likelihood"] == pytest.approx(1.5, abs=0.01)
+    flat = grpo_snr.per_call_slopes([{k: v[-1:] for k, v in covs[0].items()}], [var[0][-1:]], ["b"])
+    assert flat["all"]["logit"] is None

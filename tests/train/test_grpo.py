@@ -471,6 +471,13 @@ def test_grpo_snr_tool_builds_the_run_and_reports_every_variant(rl_workspace, tm
     terms = ("correct", "preference", "tool", "length")
     assert cov["all"]["total"] == pytest.approx(sum(cov["all"][t] for t in terms), abs=1e-6)
     assert cov == rep["calls_cov"]  # the same batches with or without the gradients
+    rm = only["rm_logit"]  # the reward model's logit in its parts: the tiny RM's head is zero, so all likelihood
+    assert rm == rep["rm_logit"] and rm["calls_cov"]["all"]["groups"] == 3 * cfg.batch_size
+    for label, c in rm["calls_cov"].items():
+        assert c["logit"] == pytest.approx(c["head"] + c["likelihood"], abs=1e-5)
+        assert c["head"] == pytest.approx(0.0, abs=1e-5) and c["likelihood"] == pytest.approx(c["logit"], abs=1e-6)
+        slope = rm["per_call"][label]
+        assert slope["logit"] is None or slope["logit"] == pytest.approx(slope["likelihood"], abs=1e-5)
 
 
 @pytest.mark.slow
