@@ -12,6 +12,10 @@ Per step t (one rollout batch; `minibatches` optimizer steps on it, 1 = strictly
     state     = train_step(state, batch)                grpo_loss: log π_T (training forward) against log μ
     sync      = engine ← state.params                   cast to the engine's dtype; no recompile, no rebuild
 
+With filter_groups (dynamic sampling, an ablation) the policy rollouts come first, batch after batch until N groups
+with mixed r_base are found, and the reference, the reward model and the update see those N groups. Under the
+linear ablation with weight 0 (R = r_base − pen_eff) the reward model is not run.
+
 One engine serves both models: the policy and the reference are two `RolloutDriver`s over it (the params are an
 argument of every compiled function). The loop runs the same rollouts on every process (same prompts, keys and
 weights give the same tokens) and each process trains on its share of the rows. A checkpoint holds the train
@@ -160,7 +164,11 @@ class GRPOConfig(TrainConfig):
     `PreferenceInputs`). advantage_balance: "hops" rescales each group's advantages so that every stratum of the
     batch's prompts (QA prompts by hop count, rubric prompts apart: `prompt_strata`) carries the same advantage
     mass, each stratum's scale capped at balance_max_scale (`stratum_balanced_advantages`; an ablation, not in the
-    write-up); "none" (the default) trains on Â as computed."""
+    write-up); "none" (the default) trains on Â as computed. filter_groups: dynamic sampling (DAPO, an ablation):
+    each step keeps drawing batches of N prompts and rolling out G each until N groups with mixed r_base
+    (`mixed_groups`: the only groups whose correctness advantage is not 0) are found, at most filter_max_draws
+    batches, and trains on those (`select_groups`); the reference rollouts and the reward model run on the kept
+    groups only."""
 
     rollout: RolloutSettings = RolloutSettings()
     data: RLData = RLData()
@@ -173,11 +181,15 @@ class GRPOConfig(TrainConfig):
     scorer_likelihood_turns: Literal["last", "all"] = "last"
     advantage_balance: Literal["none", "hops"] = "none"
     balance_max_scale: float = 4.0
+    filter_groups: bool = False
+    filter_max_draws: int = 4
 
     def __post_init__(self):
         super().__post_init__()
         if not self.balance_max_scale > 0:
             raise TypeError(f"balance_max_scale: expected > 0, got {self.balance_max_scale}")
+        if self.filter_max_draws < 1:
+            raise TypeError(f"filter_max_draws: expected >= 1 rollout batches per step, got {self.filter_max_draws}")
         rows = self.batch_size * self.rollout.group_size
         if self.minibatches < 1 or rows % self.minibatches or (rows // self.minibatches) % self.optim.micro_batches:
             raise TypeError(f"minibatches ({self.minibatches}) must divide the N·G = {rows} rollouts of a batch, "
@@ -308,6 +320,24 @@ def mixed_groups(r_base: np.ndarray) -> np.ndarray:
     return correct.any(axis=-1) & ~correct.all(axis=-1)
 
 
+def select_groups(mixed: list[np.ndarray], n: int) -> list[tuple[int, int]]:
+    """Dynamic sampling's choice among one step's draws: (draw, row) of the n groups to train on, given each
+    draw's [N] `mixed_groups` mask. The mixed groups come first, in draw order; when the draws hold fewer than n,
+    the unmixed groups of the earliest draws fill the batch, so it keeps its N·G rows (one compiled train step).
+    Returned in draw order."""
+    found = [(d, int(i)) for d, m in enumerate(mixed) for i in np.flatnonzero(m)]
+    rest = [(d, int(i)) for d, m in enumerate(mixed) for i in np.flatnonzero(~np.asarray(m, bool))]
+    if len(found) + len(rest) < n:
+        raise ValueError(f"select_groups: {n} groups asked of draws holding {len(found) + len(rest)}")
+    return sorted((found + rest)[:n])
+
+
+def preference_scored(cfg: RewardConfig) -> bool:
+    """Whether R depends on the reward model's s: not under the linear ablation with weight 0 (R = r_base −
+    pen_eff), where the loop skips the scorer."""
+    return not (cfg.aggregation == "linear" and cfg.linear_weight == 0)
+
+
 def rollout_metrics(prompts, groups, cache: ReferenceCache, r_base: np.ndarray, out) -> dict[str, float]:
     """Host-side metrics of one rollout batch (names as in the module of the issue: reward/…, penalty/…).
     reward/frac_mixed_groups: the share of groups with mixed r_base (`mixed_groups`); reward/base_qa_hops{h}: r_base
@@ -435,13 +465,22 @@ class GRPOLoop:
             self.cache.add_records(records)
         return len(new)
 
-    def rewards_of(self, prompts: list[RLPrompt], groups, key) -> tuple[Any, np.ndarray, np.ndarray]:
-        """(breakdown, r_base [N, G], s [N, G]) of a batch of groups."""
+    def base_rewards(self, prompts: list[RLPrompt], groups) -> np.ndarray:
+        """r_base [N, G] of a batch of groups (`base_reward`: answer matching or the rubrics)."""
+        return np.asarray([[base_reward(r, p, self.cfg.rewards, self.actors.judge) for r in row]
+                           for p, row in zip(prompts, groups.grid)], np.float32)
+
+    def rewards_of(self, prompts: list[RLPrompt], groups, key,
+                   r_base: np.ndarray | None = None) -> tuple[Any, np.ndarray, np.ndarray]:
+        """(breakdown, r_base [N, G], s [N, G]) of a batch of groups (r_base computed unless given). When R does
+        not depend on s (`preference_scored`) the reward model is not run and s is ½."""
         cfg, g = self.cfg, self.cfg.rollout.group_size
-        r_base = np.asarray([[base_reward(r, p, cfg.rewards, self.actors.judge) for r in row]
-                             for p, row in zip(prompts, groups.grid)], np.float32)
-        triples = self.actors.inputs.triples(prompts, groups.grid, self.cache, self.actors.scorer.needs_masks)
-        pref = np.asarray(self.actors.scorer.score_ids(triples), np.float32).reshape(len(prompts), g)
+        r_base = self.base_rewards(prompts, groups) if r_base is None else r_base
+        if preference_scored(cfg.rewards):
+            triples = self.actors.inputs.triples(prompts, groups.grid, self.cache, self.actors.scorer.needs_masks)
+            pref = np.asarray(self.actors.scorer.score_ids(triples), np.float32).reshape(len(prompts), g)
+        else:
+            pref = np.full(r_base.shape, 0.5, np.float32)
         ref_len = np.asarray([[ref.length for ref in self.cache[p.prompt_id]] for p in prompts], np.float32)
         batch = RolloutRecords(correct=r_base, preference=pref, calls=groups.field("tool_calls"),
                                failures=groups.field("tool_failures"), lengths=groups.field("response_length"),
@@ -473,12 +512,12 @@ class GRPOLoop:
         return state, out
 
     # ---------------------------------------------------------------- the step
-    def prompts(self, batch) -> list[RLPrompt]:
-        """The RL prompts of an iterator batch; the same prompt twice in a batch (a small source) gets its own
-        id per occurrence."""
+    def prompts(self, batch, ids: collections.Counter | None = None) -> list[RLPrompt]:
+        """The RL prompts of an iterator batch; the same prompt twice in a batch (a small source), or in the
+        batches of one step sharing `ids`, gets its own id per occurrence."""
         kinds = [s.kind for s in self.cfg.data.sources]
         prompts = [RLPrompt.of(rec, kinds[i], self.cfg.rollout.budget) for i, rec in batch]
-        ids = collections.Counter()
+        ids = collections.Counter() if ids is None else ids
         for n, p in enumerate(prompts):
             ids[p.prompt_id] += 1
             if ids[p.prompt_id] > 1:
@@ -497,35 +536,72 @@ class GRPOLoop:
                                compute_dtype=cfg.compute_dtype, lr_fn=self.lr_fn,
                                state_shardings=jax.tree.map(lambda x: x.sharding, state), mesh=self.mesh)
 
-    def collect(self, prompts: list[RLPrompt], t: int) -> tuple[Any, Any, np.ndarray, int, dict[str, float]]:
+    def roll(self, prompts: list[RLPrompt], t: int, draw: int = 0):
+        """The policy's G rollouts of each prompt as groups, with rollout batch t's key (draw d > 0 of a
+        filtered step: fold_in(key, d))."""
+        g, key = self.cfg.rollout.group_size, self.rollout_key(t)
+        records = self.actors.policy.rollouts([p.item for p in prompts], g,
+                                              key if draw == 0 else jax.random.fold_in(key, draw))
+        groups = group_records(records, g, [p.prompt_id for p in prompts])
+        if jax.process_count() > 1:
+            check_replicated(groups.flat(), t)
+        return groups
+
+    def collect(self, prompts: list[RLPrompt], t: int,
+                drawn=None) -> tuple[Any, Any, np.ndarray, int, dict[str, float]]:
         """Rollout batch t's (0-based) reference rollouts (new prompts only), policy rollouts and rewards:
-        (groups, reward breakdown, r_base [N, G], how many prompts were new to the reference cache, timing_s/*)."""
-        cfg, timing = self.cfg, {}
+        (groups, reward breakdown, r_base [N, G], how many prompts were new to the reference cache, timing_s/*).
+        drawn: (groups, r_base, rollout seconds) already rolled out for `prompts` (`draw`)."""
+        timing = {}
         t0 = time.perf_counter()
         new = self.references(prompts)
         timing["timing_s/reference"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        records = self.actors.policy.rollouts([p.item for p in prompts], cfg.rollout.group_size,
-                                              self.rollout_key(t))
-        timing["timing_s/rollout"] = time.perf_counter() - t0
-        groups = group_records(records, cfg.rollout.group_size, [p.prompt_id for p in prompts])
-        if jax.process_count() > 1:
-            check_replicated(groups.flat(), t)
+        groups, r_base, seconds = drawn if drawn is not None else (self.roll(prompts, t), None, None)
+        timing["timing_s/rollout"] = time.perf_counter() - t0 if seconds is None else seconds
 
         t0 = time.perf_counter()
         key = jax.random.fold_in(self.root_key, t + 1)  # the step's key; the train step takes fold_in(key, 2)
-        out, r_base, _ = self.rewards_of(prompts, groups, jax.random.fold_in(key, 1))
+        out, r_base, _ = self.rewards_of(prompts, groups, jax.random.fold_in(key, 1), r_base)
         timing["timing_s/reward"] = time.perf_counter() - t0
         return groups, out, r_base, new, timing
 
+    def draw(self, prompts: list[RLPrompt], t: int, ids: collections.Counter):
+        """Dynamic sampling (cfg.filter_groups): roll out batch after batch of the iterator (the first is
+        `prompts`) until the draws hold N groups with mixed r_base or cfg.filter_max_draws batches were drawn;
+        returns (the N prompts kept, (their groups, r_base [N, G], rollout seconds), filter/* metrics, every
+        drawn rollout's tokens). filter/draws: batches rolled out; filter/frac_mixed_drawn: the share of drawn
+        groups with mixed r_base; filter/filled: unmixed groups in the batch (too few mixed ones were found)."""
+        cfg, n, t0 = self.cfg, len(prompts), time.perf_counter()
+        draws = []
+        while True:
+            groups = self.roll(prompts, t, len(draws))
+            draws.append((prompts, groups, self.base_rewards(prompts, groups)))
+            found = sum(int(mixed_groups(r).sum()) for *_, r in draws)
+            if found >= n or len(draws) == cfg.filter_max_draws:
+                break
+            prompts = self.prompts(next(self.iterator), ids)
+        keep = select_groups([mixed_groups(r) for *_, r in draws], n)
+        kept = [draws[d][0][i] for d, i in keep]
+        groups = group_records([r for d, i in keep for r in draws[d][1].grid[i]], cfg.rollout.group_size,
+                               [p.prompt_id for p in kept])
+        r_base = np.stack([draws[d][2][i] for d, i in keep])
+        m = {"filter/draws": float(len(draws)), "filter/frac_mixed_drawn": found / (n * len(draws)),
+             "filter/filled": float(max(n - found, 0))}
+        tokens = sum(r.response_length for _, g, _ in draws for r in g.flat())
+        return kept, (groups, r_base, time.perf_counter() - t0), m, tokens
+
     def step(self, state, step_fn, t: int) -> tuple[Any, dict[str, float]]:
         """Rollout batch t (0-based) → one training step's worth of updates; returns (state, metrics)."""
-        cfg = self.cfg
-        prompts = self.prompts(next(self.iterator))
+        cfg, ids = self.cfg, collections.Counter()
+        prompts = self.prompts(next(self.iterator), ids)
         key = jax.random.fold_in(self.root_key, t + 1)
-        groups, out, r_base, new, timing = self.collect(prompts, t)
-        tokens = sum(r.response_length for r in groups.flat())
+        drawn, filter_m, tokens = None, {}, None
+        if cfg.filter_groups:
+            prompts, drawn, filter_m, tokens = self.draw(prompts, t, ids)
+        groups, out, r_base, new, timing = self.collect(prompts, t, drawn)
+        tokens = sum(r.response_length for r in groups.flat()) if tokens is None else tokens
 
         t0 = time.perf_counter()
         advantages, balance_m = balance_advantages(cfg, prompts, out.advantages)
@@ -538,6 +614,9 @@ class GRPOLoop:
         timing["timing_s/sync"] = time.perf_counter() - t0
 
         m = rollout_metrics(prompts, groups, self.cache, r_base, out)
+        if not preference_scored(cfg.rewards):
+            del m["reward/preference"]  # not scored (s = ½ everywhere)
+        m.update(filter_m)
         m.update(_summary(advantages, "advantages"))  # what the batch trained on
         m.update(balance_m)
         m.update(calls_metrics(cfg, prompts, groups, out))

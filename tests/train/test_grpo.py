@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from searchjax.config import ConfigError
 from searchjax.data.jsonl import DataError
@@ -25,8 +27,8 @@ from searchjax.rewards.config import RewardConfig
 from searchjax.rewards.rubrics import RuleJudge
 from searchjax.rollout.records import RolloutRecord
 from searchjax.train.config import load_train_config
-from searchjax.train.grpo import (GRPOConfig, load_prompts, mixed_groups, prompt_iterator, prompt_sources,
-                                  with_prompts)
+from searchjax.train.grpo import (GRPOConfig, GRPOLoop, load_prompts, mixed_groups, preference_scored,
+                                  prompt_iterator, prompt_sources, select_groups, with_prompts)
 from searchjax.train.rl import (ReferenceCache, RLPrompt, base_reward, grpo_loss_fn, old_logprobs_fn,
                                 train_arrays, width_bucket)
 from tests.train.conftest import read_metrics
@@ -156,6 +158,87 @@ def test_mixed_groups_are_those_with_some_right_and_some_wrong():
     assert mixed_groups(r_base).tolist() == [True, False, False, True]
 
 
+def test_select_groups_takes_mixed_groups_first_and_fills_from_the_earliest_draws():
+    draws = [np.asarray([False, True, False]), np.asarray([True, False, False]), np.asarray([False, True, True])]
+    assert select_groups(draws, 3) == [(0, 1), (1, 0), (2, 1)]
+    assert select_groups(draws, 4) == [(0, 1), (1, 0), (2, 1), (2, 2)]
+    assert select_groups(draws[:2], 3) == [(0, 0), (0, 1), (1, 0)]  # two mixed; the first unmixed fills
+    with pytest.raises(ValueError, match="4 groups asked of draws holding 3"):
+        select_groups(draws[:1], 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=3, max_size=3), min_size=1, max_size=4), st.integers(1, 3))
+def test_select_groups_keeps_every_mixed_group_it_can(masks, n):
+    mixed = [np.asarray(m) for m in masks]
+    keep = select_groups(mixed, n)
+    assert len(keep) == n == len(set(keep)) and keep == sorted(keep)
+    found = sum(int(m.sum()) for m in mixed)
+    assert sum(bool(mixed[d][i]) for d, i in keep) == min(n, found)
+
+
+def test_preference_scored_only_when_r_depends_on_s():
+    assert preference_scored(RewardConfig())
+    assert preference_scored(RewardConfig(aggregation="linear", linear_weight=0.5))
+    assert not preference_scored(RewardConfig(aggregation="linear", linear_weight=0.0))
+
+
+class _Policy:
+    """Rollouts whose answers follow the prompt id: "right" all correct, "wrong" none, "mixed" the first."""
+
+    def __init__(self):
+        self.calls = []
+
+    def rollouts(self, items, g, key):
+        self.calls.append([it.prompt_id for it in items])
+        gold = QA["answer"]
+        return [_record(answer=gold if it.prompt_id.startswith("right") or (it.prompt_id.startswith("mixed") and i == 0)
+                        else "no idea", prompt_id=it.prompt_id, index=i) for it in items for i in range(g)]
+
+
+def _filter_loop(batches, max_draws):
+    from types import SimpleNamespace
+
+    from searchjax.data.pipeline import SourceConfig
+
+    cfg = load_train_config(GRPOConfig, CONFIG, ["batch_size=2", "rollout.group_size=2", "optim.micro_batches=1",
+                                                 "filter_groups=true", f"filter_max_draws={max_draws}"])
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(
+        cfg.data, sources=(SourceConfig(name="qa0", path="unused", kind="qa", weight=1.0),)))
+    loop = object.__new__(GRPOLoop)
+    loop.cfg, loop.root_key = cfg, jax.random.key(0)
+    loop.actors = SimpleNamespace(policy=_Policy(), judge=RuleJudge())
+    loop.iterator = iter([[(0, {**QA, "id": i}) for i in batch] for batch in batches])
+    return loop
+
+
+def test_filter_draws_until_the_batch_holds_mixed_groups():
+    """Dynamic sampling: batches are drawn until N = 2 mixed groups are found; the kept groups are those, with
+    their own rollouts and r_base; a prompt drawn twice in one step gets its own id."""
+    import collections
+
+    loop = _filter_loop([["right", "mixed1"], ["wrong", "mixed1"], ["mixed3", "right"]], max_draws=4)
+    first = loop.prompts(next(loop.iterator), ids := collections.Counter())
+    kept, (groups, r_base, _), m, tokens = loop.draw(first, 0, ids)
+    assert [p.prompt_id for p in kept] == ["mixed1", "mixed1#1"] == list(groups.prompt_ids)
+    assert loop.actors.policy.calls == [["right", "mixed1"], ["wrong", "mixed1#1"]]  # the third batch not drawn
+    assert r_base.tolist() == [[1.0, 0.0], [1.0, 0.0]]
+    assert [[r.prompt_id for r in row] for row in groups.grid] == [["mixed1"] * 2, ["mixed1#1"] * 2]
+    assert m == {"filter/draws": 2.0, "filter/frac_mixed_drawn": 0.5, "filter/filled": 0.0}
+    assert tokens == 8 * 3  # every drawn rollout's 3 response tokens
+
+
+def test_filter_stops_at_max_draws_and_fills_with_unmixed_groups():
+    import collections
+
+    loop = _filter_loop([["right", "wrong"], ["mixed", "right2"], ["mixed9", "x"]], max_draws=2)
+    first = loop.prompts(next(loop.iterator), ids := collections.Counter())
+    kept, (groups, r_base, _), m, _ = loop.draw(first, 0, ids)
+    assert [p.prompt_id for p in kept] == ["right", "mixed"]  # the mixed group, then the first unmixed one
+    assert r_base.tolist() == [[1.0, 1.0], [1.0, 0.0]]
+    assert m == {"filter/draws": 2.0, "filter/frac_mixed_drawn": 0.25, "filter/filled": 1.0}
+
+
 def test_train_arrays_shift_tokens_mask_and_logprobs():
     rec = _record(tokens=(5, 6, 7, 8), prompt_length=2, logprobs=[0.0, 0.0, -0.1, -0.2])
     arr = train_arrays([rec, _record(tokens=(5, 6, 7))], np.asarray([1.5, -1.5]), pad_id=0, buckets=(4, 8))
@@ -238,6 +321,7 @@ def test_routing_replay_follows_the_engines_experts():
     ("data.buckets=[512]", "must reach rollout.max_len"),
     ("advantage_balance=hop", r"advantage_balance: expected one of \['none', 'hops'\], got 'hop'"),
     ("balance_max_scale=0", "balance_max_scale: expected > 0"),
+    ("filter_max_draws=0", "filter_max_draws: expected >= 1"),
 ])
 def test_config_refuses_what_rl_cannot_train(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -436,6 +520,20 @@ def test_grpo_with_one_shared_reference_per_prompt_and_hop_balance(rl_workspace,
         assert sum(shares.values()) == pytest.approx(1.0, abs=1e-5) or sum(shares.values()) == 0.0
         assert all(0 < row[f"advantages/scale_{k}"] <= 4.0 for k in shares)
         assert all(np.isfinite(row[k]) for k in ("reward/score/mean", "penalty/length", "ref_length"))
+
+
+@pytest.mark.slow
+def test_grpo_with_dynamic_sampling_and_no_preference_term(rl_workspace, tmp_path):
+    """filter_groups=true end to end, under the linear ablation with weight 0: the reward model is not run (no
+    reward/preference), each step draws 1–2 batches, and the batch's mixed share matches what was filled."""
+    rows = _two_steps(rl_workspace, tmp_path / "filter", "filter_groups=true", "filter_max_draws=2",
+                      "rewards.aggregation=linear", "rewards.linear_weight=0.0")
+    for row in rows:
+        assert "reward/preference" not in row and row["canary/logp_abs_diff_max"] <= 1e-4
+        assert row["filter/draws"] in (1.0, 2.0) and 0 <= row["filter/frac_mixed_drawn"] <= 1
+        assert row["reward/frac_mixed_groups"] == pytest.approx((4 - row["filter/filled"]) / 4)
+        assert row["filter/filled"] == 0 or row["filter/draws"] == 2  # filled only once the draws ran out
+        assert np.isfinite(row["reward/score/mean"]) and row["perf/tokens_per_s"] > 0
 
 
 @pytest.mark.slow
