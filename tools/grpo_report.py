@@ -106,11 +106,11 @@ def main(argv=None) -> int:
         cols = 4
         fig, axes = plt.subplots(math.ceil(len(PANELS) / cols), cols, figsize=(4 * cols, 2.8 * 3), squeeze=False)
         for ax, key in zip(axes.flat, PANELS):
-            for name, data in runs.items():
+            for i, (name, data) in enumerate(runs.items()):  # one colour per run in every panel
                 pts = [(r["step"], r[key]) for r in data if key in r]
                 if pts:
                     x, y = zip(*pts)
-                    ax.plot(x, y, marker=".", label=name)
+                    ax.plot(x, y, marker=".", label=name, color=f"C{i}")
             ax.set_title(key, fontsize=9)
             ax.set_xlabel("step", fontsize=8)
         if len(runs) > 1:
