@@ -6,7 +6,10 @@ difference is more than chance (the exact McNemar test, searchjax.eval.summary.m
 The inputs are `tools/eval_sft.py --records` files (one JSON object per question: id, hops, correct, tool_calls,
 finish_reason). Both must hold the same question ids (else an error names the ids that differ). The report: n;
 accuracy and mean tool calls of each; both / a_only / b_only / neither; the McNemar p; and the same counts per hop
-count, so a gain on 2-hop questions and a loss on 4-hop ones are not netted away unseen.
+count, so a gain on 2-hop questions and a loss on 4-hop ones are not netted away unseen. When every record holds
+its turns (eval_sft.py writes them), also the repeated searches of each policy: a search_web call whose query
+(whitespace-trimmed, case-folded) equals an earlier query of the same trajectory, and so gets the same results
+from the index; per question (a_repeats, b_repeats) and per right and wrong answer (a_repeats_right, ...).
 """
 
 from __future__ import annotations
@@ -38,8 +41,39 @@ def load(path: str) -> dict[str, dict]:
     return out
 
 
+def repeated_queries(row: dict) -> int | None:
+    """Searches of a record whose query repeats an earlier query of its trajectory (trimmed, case-folded); None
+    when the record holds no turns."""
+    if not isinstance(row.get("turns"), list):
+        return None
+    queries = [call["arguments"]["query"].strip().casefold() for turn in row["turns"]
+               for call in turn.get("tool_calls") or []
+               if call.get("name") == "search_web" and isinstance(call.get("arguments"), dict)
+               and isinstance(call["arguments"].get("query"), str)]
+    return len(queries) - len(set(queries))
+
+
+def _mean(xs: list[int]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def repeats(pairs: list[tuple[dict, dict]]) -> dict[str, float | None]:
+    """Mean repeated searches (`repeated_queries`) per question and per right / wrong answer of each side; {} when
+    a record has no turns."""
+    out: dict[str, float | None] = {}
+    for side, rows in (("a", [a for a, _ in pairs]), ("b", [b for _, b in pairs])):
+        reps = [repeated_queries(r) for r in rows]
+        if any(x is None for x in reps):
+            return {}
+        out[f"{side}_repeats"] = _mean(reps)
+        out[f"{side}_repeats_right"] = _mean([x for x, r in zip(reps, rows) if r["correct"]])
+        out[f"{side}_repeats_wrong"] = _mean([x for x, r in zip(reps, rows) if not r["correct"]])
+    return out
+
+
 def counts(pairs: list[tuple[dict, dict]]) -> dict[str, float]:
-    """Paired counts, accuracies, mean calls and the McNemar p of (A, B) record pairs of the same questions."""
+    """Paired counts, accuracies, mean calls, the McNemar p and the repeated searches (when the records hold
+    their turns) of (A, B) record pairs of the same questions."""
     both = sum(a["correct"] and b["correct"] for a, b in pairs)
     a_only = sum(a["correct"] and not b["correct"] for a, b in pairs)
     b_only = sum(b["correct"] and not a["correct"] for a, b in pairs)
@@ -48,7 +82,7 @@ def counts(pairs: list[tuple[dict, dict]]) -> dict[str, float]:
             "b_only": b_only, "neither": n - both - a_only - b_only,
             "a_calls": sum(a["tool_calls"] for a, _ in pairs) / n,
             "b_calls": sum(b["tool_calls"] for _, b in pairs) / n,
-            "mcnemar_p": mcnemar_exact(a_only, b_only)}
+            "mcnemar_p": mcnemar_exact(a_only, b_only), **repeats(pairs)}
 
 
 def compare(a: dict[str, dict], b: dict[str, dict]) -> dict:

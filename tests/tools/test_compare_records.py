@@ -53,3 +53,27 @@ def test_bad_inputs_name_the_problem(tmp_path):
     twice = _write(tmp_path / "twice.jsonl", [_rec("q0", True, 1, 2), _rec("q0", False, 1, 2)])
     with pytest.raises(SystemExit, match="'q0' appears twice"):
         compare_records.main(["--a", twice, "--b", good])
+
+
+def _search(query):
+    return {"name": "search_web", "arguments": {"query": query}, "ok": True, "error": None}
+
+
+def test_repeated_searches_per_question_and_per_outcome(tmp_path):
+    # A: q0 right with one repeat (" Kystou " == "kystou" after trim + casefold), q1 wrong with none;
+    # B: q0 right with two repeats, q1 wrong with one; a malformed call (no query) is not a search.
+    a = [{**_rec("q0", True, 3, 2), "turns": [{"tool_calls": [_search("kystou")]},
+                                              {"tool_calls": [_search(" Kystou "), _search("founder")]}]},
+         {**_rec("q1", False, 1, 2), "turns": [{"tool_calls": [_search("x"), {"name": "search_web",
+                                                                               "arguments": "bad"}]}]}]
+    b = [{**_rec("q0", True, 3, 2), "turns": [{"tool_calls": [_search("k"), _search("k"), _search("k")]}]},
+         {**_rec("q1", False, 2, 2), "turns": [{"tool_calls": [_search("y")]}, {"tool_calls": [_search("Y")]},
+                                               {"tool_calls": []}]}]
+    report = compare_records.compare(compare_records.load(_write(tmp_path / "a.jsonl", a)),
+                                     compare_records.load(_write(tmp_path / "b.jsonl", b)))
+    assert (report["a_repeats"], report["a_repeats_right"], report["a_repeats_wrong"]) == (0.5, 1.0, 0.0)
+    assert (report["b_repeats"], report["b_repeats_right"], report["b_repeats_wrong"]) == (1.5, 2.0, 1.0)
+    assert report["by_hops"]["2"]["b_repeats"] == 1.5
+    # records without their turns: no repeat fields (and no guess)
+    plain = compare_records.compare({"q0": _rec("q0", True, 1, 2)}, {"q0": _rec("q0", True, 1, 2)})
+    assert not [k for k in plain if "repeats" in k]
