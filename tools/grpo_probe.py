@@ -26,6 +26,11 @@ sign test on them (for greedy 0/1 outcomes that is McNemar's test). With T > 0 e
 keys for a prompt (common random numbers), so what differs between steps is the policy, not the draws.
 --png draws acc_s, overall and by hop count, and the tool calls per rollout against the step; --replot draws
 saved reports (several runs' probes on one figure) without rolling anything out.
+
+What it measures: training prompts, most of which the SFT data may hold verbatim with a worked answer (157 of the
+200 2-3-hop probe prompts of RESULTS.md session 36, answered 61% by that SFT policy against 9% for the other 43),
+so a rise here can be a rise on fine-tuned questions; the held-out evaluation (tools/eval_sft.py) is what the
+issue 12 targets are measured on.
 """
 
 from __future__ import annotations
